@@ -1,0 +1,97 @@
+"""The ``nightjar`` command: one entry point, one module per subcommand.
+
+Each subcommand lives in the package that owns its concern and exposes two functions::
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None: ...
+    def run(args: argparse.Namespace, settings: Settings) -> int: ...
+
+This file only wires them together, parses the common options (``--bootstrap``, ``--lake``) and turns
+expected failures (:class:`nightjar.errors.UserError`) into one-line messages with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from nightjar.config import settings_from_env
+from nightjar.errors import UserError
+
+# name -> (module, one-line help). Modules are imported lazily so that `nightjar --help` is instant
+# and a command never pays for another's imports (Spark, Streamlit, …).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("nightjar.demo", "embedded broker + sample producer + pipeline + dashboard"),
+    "broker": ("ingest.embedded_broker", "run the embedded Kafka-compatible broker (Tansu)"),
+    "run": ("nightjar.pipeline", "run the streaming pipeline (Kafka -> Delta)"),
+    "tables": ("nightjar.lake", "list the lake's tables with row counts"),
+    "dashboard": ("dashboard.launcher", "start the Streamlit dashboard"),
+    "produce-samples": ("ingest.sample_producer", "send sample raw log lines to the raw topics"),
+    "generate": ("generator.command", "generate synthetic security logs with labelled attacks"),
+    "parse": ("ingest.parse_command", "batch-parse log files into normalized ECS JSON"),
+    "bench": ("nightjar.bench", "benchmarks that print throughput figures"),
+}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; scripts and people want one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="Kafka bootstrap servers (env NIGHTJAR_BOOTSTRAP; default: the embedded broker on 127.0.0.1:9092)",
+    )
+    common.add_argument("--lake", metavar="DIR", help="lake directory (env NIGHTJAR_LAKE; default ./lake)")
+    common.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = _OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        cmd.set_defaults(_module=module_name)
+        importlib.import_module(module_name).add_arguments(cmd)
+    return parser
+
+
+def configure_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "urllib3", "streamlit", "tornado", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    settings = settings_from_env(bootstrap=args.bootstrap, lake=args.lake)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args, settings) or 0)
+    except UserError as exc:
+        print(f"nightjar {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"nightjar {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""One typed place for Nightjar's configuration.
+
+Every knob has a default; the CLI and the environment (``NIGHTJAR_*``) override it. Modules take a
+:class:`Settings` (or the few fields they need) instead of reading strings from the environment
+themselves, so there is exactly one spelling of each name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+# Topic names are a contract with producers and the SOC (see ARCHITECTURE.md): keep them here only.
+TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
+TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
+TOPIC_ALERTS = "nightjar.alerts"
+RAW_TOPICS: tuple[str, ...] = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK)
+ALL_TOPICS: tuple[str, ...] = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, TOPIC_ALERTS)
+
+# Table names under the lake directory (a contract with the dashboard and the checks).
+TABLE_BRONZE = "bronze"
+TABLE_EVENTS = "events"
+TABLE_QUARANTINE = "quarantine"
+TABLE_DHCP_SESSIONS = "dhcp_sessions"
+TABLE_ALERTS = "alerts"
+TABLE_ASSETS = "assets"
+TABLE_USERS = "users"
+TABLE_NETWORKS = "networks"
+TABLE_IOCS = "iocs"
+TABLE_GROUND_TRUTH = "ground_truth"
+TABLE_PIPELINE_PROGRESS = "pipeline_progress"
+KNOWN_TABLES: tuple[str, ...] = (
+    TABLE_BRONZE,
+    TABLE_EVENTS,
+    TABLE_QUARANTINE,
+    TABLE_DHCP_SESSIONS,
+    TABLE_ALERTS,
+    TABLE_ASSETS,
+    TABLE_USERS,
+    TABLE_NETWORKS,
+    TABLE_IOCS,
+    TABLE_GROUND_TRUTH,
+    TABLE_PIPELINE_PROGRESS,
+)
+
+ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
+ENV_LAKE = "NIGHTJAR_LAKE"
+ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
+ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
+
+DEFAULT_BROKER_PORT = 9092
+
+
+def kafka_client_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """librdkafka settings passed through from ``NIGHTJAR_KAFKA_*`` variables (SASL, TLS, …).
+
+    ``NIGHTJAR_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` becomes ``security.protocol=SASL_SSL``.
+    """
+    env = os.environ if environ is None else environ
+    out = {}
+    for name, value in env.items():
+        if name.startswith(ENV_KAFKA_PREFIX):
+            out[name[len(ENV_KAFKA_PREFIX):].lower().replace("_", ".")] = value
+    return out
+
+
+@dataclass(frozen=True)
+class KafkaTuning:
+    """Client settings measured to suit Tansu and Apache Kafka alike (see ARCHITECTURE.md)."""
+
+    # Tansu waits the full fetch.wait.max.ms at a partition's end: keep it short.
+    fetch_wait_max_ms: int = 25
+    request_timeout_ms: int = 10_000
+    # How long an offset lookup may take before the broker is declared unreachable.
+    metadata_timeout_s: float = 10.0
+    topic_partitions: int = 4
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Runtime configuration for every Nightjar command.
+
+    ``bootstrap`` of ``None`` means "the embedded broker" (started by ``nightjar demo`` or
+    ``nightjar broker``, listening on ``127.0.0.1:DEFAULT_BROKER_PORT``).
+    """
+
+    bootstrap: str | None = None
+    lake: Path = Path("lake")
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = 4
+    trigger_interval: str = "1 second"
+    max_offsets_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    kafka: KafkaTuning = field(default_factory=KafkaTuning)
+    kafka_overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.bootstrap or f"127.0.0.1:{DEFAULT_BROKER_PORT}"
+
+    @property
+    def checkpoint_root(self) -> Path:
+        # Checkpoints live beside the tables so that one directory is the whole durable state.
+        return self.lake / "_checkpoints"
+
+    def table_path(self, name: str) -> Path:
+        return self.lake / name
+
+    def checkpoint(self, query_name: str) -> Path:
+        return self.checkpoint_root / query_name
+
+    def kafka_config(self) -> dict[str, str]:
+        """Base librdkafka configuration for producers, consumers and admin clients."""
+        conf = {"bootstrap.servers": self.bootstrap_servers}
+        conf.update(self.kafka_overrides)
+        return conf
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def settings_from_env(environ: dict[str, str] | None = None, **overrides: object) -> Settings:
+    """Settings from defaults, then ``NIGHTJAR_*`` variables, then explicit (CLI) overrides.
+
+    An override of ``None`` means "not given" and leaves the lower layer in place.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    if env.get(ENV_BOOTSTRAP):
+        values["bootstrap"] = env[ENV_BOOTSTRAP]
+    if env.get(ENV_LAKE):
+        values["lake"] = Path(env[ENV_LAKE])
+    if env.get(ENV_SPARK_MASTER):
+        values["spark_master"] = env[ENV_SPARK_MASTER]
+    values["kafka_overrides"] = kafka_client_overrides(env)
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = Path(value) if key == "lake" else value
+    return Settings(**values)  # type: ignore[arg-type]

@@ -1,0 +1,56 @@
+"""Shared fixtures: one real Tansu broker and one real local Spark session per test run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[object]:
+    """A real Kafka-protocol broker (Tansu) on a free loopback port."""
+    from ingest.embedded_broker import EmbeddedBroker
+
+    with EmbeddedBroker() as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole run (start-up costs seconds; share it)."""
+    from nightjar.config import Settings
+    from nightjar.spark_session import build_spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = build_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="nightjar-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    path = tmp_path / "lake"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def settings(broker, lake: Path):
+    """Settings pointing at the session broker and a fresh lake."""
+    from nightjar.config import Settings
+
+    return Settings(bootstrap=broker.bootstrap, lake=lake, shuffle_partitions=2)
+
+
+@pytest.fixture
+def unique_topic() -> str:
+    """A topic name no other test uses (the broker is shared by the whole run)."""
+    return f"test.{uuid.uuid4().hex[:10]}"
