@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from pathlib import Path
 
 from nightjar.config import Settings
 
@@ -18,16 +19,24 @@ TARGETS: dict[str, tuple[str, str]] = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="bench_target", metavar="TARGET", parser_class=type(parser))
-    sub.required = True
-    for name, (module_name, help_text) in TARGETS.items():
-        target = sub.add_parser(name, help=help_text, description=help_text)
-        # Common options are accepted after the target too: `nightjar bench ingest --lake L`.
-        target.add_argument("--bootstrap", metavar="HOST:PORT", default=argparse.SUPPRESS)
-        target.add_argument("--lake", metavar="DIR", default=argparse.SUPPRESS)
-        target.set_defaults(_bench_module=module_name)
-        importlib.import_module(module_name).add_arguments(target)
+    # The target's own options are parsed in run(), so that only the chosen benchmark is imported.
+    parser.add_argument("bench_target", choices=sorted(TARGETS), metavar="TARGET",
+                        help="; ".join(f"{k}: {v[1]}" for k, v in TARGETS.items()))
+    parser.add_argument("target_args", nargs=argparse.REMAINDER, help="options of the target (see TARGET --help)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    return int(importlib.import_module(args._bench_module).run(args, settings) or 0)
+    from nightjar.cli import _OneLineParser
+
+    module_name, help_text = TARGETS[args.bench_target]
+    module = importlib.import_module(module_name)
+    target = _OneLineParser(prog=f"nightjar bench {args.bench_target}", description=help_text)
+    # Common options are accepted after the target too: `nightjar bench ingest --lake L`.
+    target.add_argument("--bootstrap", metavar="HOST:PORT")
+    target.add_argument("--lake", metavar="DIR")
+    module.add_arguments(target)
+    target_args = target.parse_args(args.target_args)
+    settings = settings.with_(
+        **{k: (Path(v) if k == "lake" else v) for k in ("bootstrap", "lake") if (v := getattr(target_args, k))}
+    )
+    return int(module.run(target_args, settings) or 0)

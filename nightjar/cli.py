@@ -54,15 +54,19 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Build the parser; only the chosen subcommand's module is imported (``nightjar --help`` stays instant
+    and one command never pays for another's imports: Spark, Streamlit, …)."""
     common = _common_options()
     parser = _OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     sub.required = True
+    chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
         cmd.set_defaults(_module=module_name)
-        importlib.import_module(module_name).add_arguments(cmd)
+        if name == chosen:
+            importlib.import_module(module_name).add_arguments(cmd)
     return parser
 
 
@@ -78,7 +82,7 @@ def configure_logging(verbose: bool = False) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     settings = settings_from_env(bootstrap=args.bootstrap, lake=args.lake)
