@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from nightjar.config import Settings
 
 log = logging.getLogger(__name__)
+
+LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
 
 
 def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False) -> SparkSession:
@@ -21,6 +24,9 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
     project's modules (installed into ``.venv``) import on executors.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback" warning
+    java_opts = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.appName(app_name)
@@ -31,14 +37,13 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         # The Python data source's latestOffset runs in a Python worker: keep workers alive.
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.metricsEnabled", "true")
     )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
     register_data_sources(spark)
     log.info("spark session ready: master=%s version=%s", settings.spark_master, spark.version)
     return spark

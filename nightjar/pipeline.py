@@ -1,0 +1,210 @@
+"""``nightjar run``: the streaming pipeline, Kafka -> Delta, exactly once.
+
+Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
+
+* ``bronze``: every raw Kafka record of both raw topics, as it arrived, plus ``ingested_at``.
+
+Each query reads Kafka with the ``nightjar_kafka`` source and writes Delta with
+:func:`ingest.delta_sink.write_batch`, so a restart after any crash re-reads exactly the offsets of the
+unfinished micro-batch and a batch already committed to Delta is not written twice.
+
+``--available-now`` drains what is in Kafka when the run starts and exits; otherwise the queries run
+until SIGTERM / Ctrl-C, which stops them between micro-batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from nightjar.config import RAW_TOPICS, TABLE_BRONZE, TABLE_PIPELINE_PROGRESS, Settings
+from nightjar.errors import DataLossError, UserError, summarize_query_error
+
+log = logging.getLogger(__name__)
+
+QUERY_BRONZE = "bronze"
+
+
+def kafka_stream(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
+                 starting_offsets: str = "earliest") -> DataFrame:
+    """The raw topics as a streaming DataFrame (see ``ingest.kafka_source`` for the columns)."""
+    from ingest.kafka_source import SOURCE_NAME
+
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
+        .option("fetchWaitMaxMs", str(settings.kafka.fetch_wait_max_ms))
+    )
+    for key, value in settings.kafka_config().items():
+        reader = reader.option(f"kafka.{key}", value)
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    return reader.load()
+
+
+def to_bronze(records: DataFrame) -> DataFrame:
+    """Kafka records -> bronze rows: the record untouched plus the time the pipeline ingested it."""
+    return records.select("key", "value", "topic", "partition", "offset", "timestamp", "headers",
+                          F.current_timestamp().alias("ingested_at"))
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """How often micro-batches run: ``available_now`` (drain and stop) or a processing-time interval."""
+
+    available_now: bool = False
+    interval: str = "1 second"
+
+    def apply(self, writer):  # DataStreamWriter -> DataStreamWriter
+        if self.available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=self.interval)
+
+
+_UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes"}
+
+
+def parse_interval(text: str) -> str:
+    """``1s`` / ``500ms`` / ``2 minutes`` -> Spark's interval spelling; UserError on anything else."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|milliseconds?|seconds?|minutes?)\s*", text)
+    if not m:
+        raise UserError(f"--trigger {text!r} is not an interval: use e.g. 500ms, 1s, 2 minutes", exit_code=2)
+    value, unit = m.groups()
+    unit = _UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
+    return f"{value} {unit}"
+
+
+def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+    from ingest.delta_sink import write_batch
+
+    path = settings.table_path(TABLE_BRONZE)
+    app_id = f"nightjar.{QUERY_BRONZE}"
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        write_batch(df, path, app_id, batch_id)
+
+    writer = (
+        to_bronze(kafka_stream(spark, settings)).writeStream.queryName(QUERY_BRONZE)
+        .foreachBatch(write)
+        .option("checkpointLocation", str(settings.checkpoint(QUERY_BRONZE)))
+    )
+    return trigger.apply(writer).start()
+
+
+QUERIES: dict[str, Callable[[SparkSession, Settings, Trigger], StreamingQuery]] = {
+    QUERY_BRONZE: start_bronze,
+}
+
+
+def check_lake_writable(lake: Path) -> None:
+    """Fail in one line, before Spark starts, if the lake cannot hold tables and checkpoints."""
+    try:
+        lake.mkdir(parents=True, exist_ok=True)
+        probe = lake / f".write-test-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"lake directory {lake} is not writable ({exc.strerror}): pass --lake DIR") from exc
+
+
+def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
+                 stop_event: threading.Event | None = None) -> None:
+    """Start the queries and wait until they finish (available-now), fail, or ``stop_event`` is set."""
+    from ingest.embedded_broker import check_reachable, ensure_topics
+    from nightjar.progress_recorder import ProgressRecorder
+    from nightjar.spark_session import build_spark
+
+    check_lake_writable(settings.lake)
+    check_reachable(settings)
+    ensure_topics(settings, RAW_TOPICS)
+    spark = build_spark(settings, app_name="nightjar-pipeline")
+    recorder = ProgressRecorder(settings.table_path(TABLE_PIPELINE_PROGRESS))
+    spark.streams.addListener(recorder)
+    started: list[StreamingQuery] = []
+    try:
+        for name in queries or list(QUERIES):
+            started.append(QUERIES[name](spark, settings, trigger))
+            log.info("started query %s (checkpoint %s)", name, settings.checkpoint(name))
+        _wait(started, stop_event)
+    finally:
+        for q in started:
+            if q.isActive:
+                q.stop()
+        if not recorder.wait_terminated([str(q.id) for q in started]):
+            log.warning("the progress listener did not see every query end: progress may be incomplete")
+        recorder.flush()
+        spark.streams.removeListener(recorder)
+    for q in started:
+        _raise_if_failed(q)
+
+
+def _wait(queries: list[StreamingQuery], stop_event: threading.Event | None) -> None:
+    """Until every query has ended, one has failed, or a stop is requested (polling: awaitTermination
+    would raise the failure here, and it is reported once, by ``_raise_if_failed``)."""
+    stop_event = stop_event or threading.Event()
+    while any(q.isActive for q in queries):
+        if any(not q.isActive and q.exception() is not None for q in queries):
+            return
+        if stop_event.wait(0.5):
+            log.info("stop requested: stopping %d queries", len(queries))
+            return
+
+
+def _raise_if_failed(query: StreamingQuery) -> None:
+    exc = query.exception()
+    if exc is None:
+        return
+    summary = summarize_query_error(str(exc))
+    if summary.startswith("data loss in Kafka"):
+        raise DataLossError(summary)
+    raise UserError(f"query {query.name} failed: {summary}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--available-now", action="store_true",
+                        help="process what is in Kafka now, then exit")
+    parser.add_argument("--trigger", default="1s", metavar="INTERVAL",
+                        help="micro-batch interval when running continuously (default 1s)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
+                        help="cap on records per micro-batch over all partitions (default: no cap)")
+    parser.add_argument("--no-fail-on-data-loss", action="store_true",
+                        help="when checkpointed offsets are gone from Kafka, re-read from the earliest offset "
+                             "and log a warning instead of failing")
+    parser.add_argument("--query", action="append", choices=sorted(QUERIES), dest="queries",
+                        help="run only this query (repeatable; default: all)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger <= 0:
+        raise UserError("--max-offsets-per-trigger must be a positive number", exit_code=2)
+    trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
+    settings = settings.with_(
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        fail_on_data_loss=not args.no_fail_on_data_loss,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s: stopping after the current micro-batch", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("pipeline: bootstrap %s, lake %s, %s", settings.bootstrap_servers, settings.lake,
+             "available-now" if trigger.available_now else f"trigger every {trigger.interval}")
+    run_pipeline(settings, trigger, args.queries, stop)
+    log.info("pipeline stopped")
+    return 0

@@ -1,0 +1,197 @@
+"""`nightjar run`: raw topics -> bronze exactly once, progress recording, crash/replay/data-loss recovery."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
+from nightjar.config import (
+    RAW_TOPICS,
+    TABLE_BRONZE,
+    TABLE_PIPELINE_PROGRESS,
+    TOPIC_RAW_SYSLOG,
+    TOPIC_RAW_ZEEK,
+)
+from nightjar.errors import DataLossError
+from nightjar.lake import row_count, table_dataset
+from nightjar.pipeline import Trigger, parse_interval, run_pipeline
+from tests.kafka_records import produce
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def nightjar(*args: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nightjar.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def bronze_coordinates(lake: Path) -> list[tuple]:
+    table = table_dataset(lake, TABLE_BRONZE).to_table(columns=["topic", "partition", "offset"])
+    return list(zip(*(table[c].to_pylist() for c in ("topic", "partition", "offset")), strict=True))
+
+
+@pytest.fixture
+def own_broker():
+    """A broker of this test's own (the data-loss and kill tests restart or load it)."""
+    with EmbeddedBroker(port=free_port()) as b:
+        yield b
+
+
+def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, own_broker, settings):
+    settings = settings.with_(bootstrap=own_broker.bootstrap)
+    ensure_topics(settings, RAW_TOPICS, partitions=4)
+    sent = produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG, 3000) | produce(own_broker.bootstrap, TOPIC_RAW_ZEEK, 1000)
+    run_pipeline(settings, Trigger(available_now=True))
+    coords = bronze_coordinates(settings.lake)
+    assert len(coords) == 4000 and len(set(coords)) == 4000
+    bronze = table_dataset(settings.lake, TABLE_BRONZE).to_table()
+    assert set(bronze["value"].to_pylist()) == sent
+    assert set(bronze["partition"].to_pylist()) == {0, 1, 2, 3}
+    assert pc.min(bronze["ingested_at"]).as_py() >= pc.max(bronze["timestamp"]).as_py()
+    progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
+    assert {p["query_name"] for p in progress} == {"bronze"}
+    assert sum(p["num_input_rows"] for p in progress) == 4000
+    assert all(p["batch_duration_ms"] > 0 for p in progress if p["num_input_rows"])
+    # A second drain with nothing new adds nothing.
+    run_pipeline(settings, Trigger(available_now=True))
+    assert row_count(settings.lake, TABLE_BRONZE) == 4000
+
+
+def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_writes_nothing(
+        spark, own_broker, settings):
+    settings = settings.with_(bootstrap=own_broker.bootstrap, max_offsets_per_trigger=500)
+    ensure_topics(settings, RAW_TOPICS, partitions=4)
+    produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG, 1200)
+    run_pipeline(settings, Trigger(available_now=True), ["bronze"])
+    assert row_count(settings.lake, TABLE_BRONZE) == 1200
+    commits = settings.checkpoint("bronze") / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    # Spark "crashed" after Delta committed batch `last`, before its own commit log entry (and checksum).
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    version = DeltaTable(str(settings.table_path(TABLE_BRONZE))).version()
+    run_pipeline(settings, Trigger(available_now=True), ["bronze"])  # Spark re-runs batch `last`
+    assert (commits / str(last)).exists()
+    assert DeltaTable(str(settings.table_path(TABLE_BRONZE))).version() == version
+    coords = bronze_coordinates(settings.lake)
+    assert len(coords) == 1200 == len(set(coords))
+
+
+def test_data_loss_fails_by_default_naming_the_partition_and_the_option_and_lenient_mode_resumes(
+        spark, settings, tmp_path):
+    port = free_port()
+    broker = EmbeddedBroker(port=port).start()
+    try:
+        settings = settings.with_(bootstrap=broker.bootstrap)
+        ensure_topics(settings, RAW_TOPICS, partitions=4)
+        produce(broker.bootstrap, TOPIC_RAW_SYSLOG, 800)
+        run_pipeline(settings, Trigger(available_now=True))
+        assert row_count(settings.lake, TABLE_BRONZE) == 800
+        broker.stop()  # an in-memory broker loses its topics on restart
+        broker = EmbeddedBroker(port=port).start()
+        ensure_topics(settings, RAW_TOPICS, partitions=4)
+        produce(broker.bootstrap, TOPIC_RAW_SYSLOG, 40, prefix="after")
+
+        result = nightjar("run", "--available-now", "--bootstrap", broker.bootstrap, "--lake", str(settings.lake))
+        assert result.returncode != 0
+        error_lines = [ln for ln in result.stderr.splitlines() if ln.startswith("nightjar run: error:")]
+        assert len(error_lines) == 1, result.stderr[-3000:]
+        assert "data loss" in error_lines[0] and f"{TOPIC_RAW_SYSLOG} partition" in error_lines[0]
+        assert "failOnDataLoss=false" in error_lines[0] and "--no-fail-on-data-loss" in error_lines[0]
+        assert "Traceback" not in result.stderr
+        assert row_count(settings.lake, TABLE_BRONZE) == 800
+
+        with pytest.raises(DataLossError):
+            run_pipeline(settings, Trigger(available_now=True))
+        run_pipeline(settings.with_(fail_on_data_loss=False), Trigger(available_now=True))
+        values = table_dataset(settings.lake, TABLE_BRONZE).to_table(columns=["value"])["value"].to_pylist()
+        assert len(values) == 840 and sum(v.startswith(b"after") for v in values) == 40
+    finally:
+        broker.stop()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_loses_and_duplicates_nothing(spark, own_broker, settings):
+    """Kill -9 the whole pipeline process group while a producer keeps writing; restart; drain."""
+    settings = settings.with_(bootstrap=own_broker.bootstrap)
+    ensure_topics(settings, RAW_TOPICS, partitions=4)
+    total = 12_000
+    done = threading.Event()
+
+    def producer() -> None:
+        for i in range(0, total, 500):
+            produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG if i % 1000 else TOPIC_RAW_ZEEK, 500, prefix=f"b{i}")
+            time.sleep(0.1)
+        done.set()
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nightjar.cli", "run", "--bootstrap", own_broker.bootstrap, "--lake",
+         str(settings.lake), "--trigger", "200ms", "--max-offsets-per-trigger", "700"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if (settings.table_path(TABLE_BRONZE) / "_delta_log").exists() and \
+                    row_count(settings.lake, TABLE_BRONZE) >= 1400:
+                break
+            assert proc.poll() is None, "pipeline exited early"
+            time.sleep(0.2)
+        else:
+            pytest.fail("pipeline wrote nothing within 180 s")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    at_kill = row_count(settings.lake, TABLE_BRONZE)
+    thread.join()
+    assert done.is_set()
+    assert at_kill < total, "the kill came too late to test anything"
+    run_pipeline(settings, Trigger(available_now=True))
+    coords = bronze_coordinates(settings.lake)
+    assert len(coords) == total and len(set(coords)) == total
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--nope"], "unrecognized arguments: --nope"),
+        (["run", "--trigger", "banana"], "is not an interval"),
+        (["run", "--available-now", "--bootstrap", "127.0.0.1:1"], "cannot reach Kafka at 127.0.0.1:1"),
+        (["run", "--available-now", "--lake", "/proc/nightjar-lake"], "is not writable"),
+        (["tables", "--lake", "/nonexistent/lake"], "does not exist"),
+    ],
+)
+def test_bad_cli_input_gets_one_line_and_a_non_zero_exit(args, message):
+    result = nightjar(*args, timeout=60)
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip() and " INFO " not in ln]
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+
+
+def test_tables_lists_tables_with_row_counts(spark, settings):
+    settings.lake.mkdir(exist_ok=True)
+    from ingest.delta_sink import write_batch
+
+    write_batch(spark.range(0, 42), settings.table_path(TABLE_BRONZE), "t", 0)
+    result = nightjar("tables", "--lake", str(settings.lake), "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert '"table": "bronze", "rows": 42' in result.stdout
+
+
+def test_parse_interval():
+    assert parse_interval("1s") == "1 seconds"
+    assert parse_interval("500ms") == "500 milliseconds"
+    assert parse_interval("2 minutes") == "2 minutes"
