@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("ingest.embedded_broker", "run the embedded Kafka-compatible broker (Tansu)"),
     "run": ("nightjar.pipeline", "run the streaming pipeline (Kafka -> Delta)"),
     "tables": ("nightjar.lake", "list the lake's tables with row counts"),
+    "maintain": ("nightjar.maintenance", "compact, Z-order, checkpoint and vacuum the lake's tables"),
     "dashboard": ("dashboard.launcher", "start the Streamlit dashboard"),
     "produce-samples": ("ingest.sample_producer", "send sample raw log lines to the raw topics"),
     "generate": ("generator.command", "generate synthetic security logs with labelled attacks"),

@@ -44,6 +44,15 @@ KNOWN_TABLES: tuple[str, ...] = (
     TABLE_PIPELINE_PROGRESS,
 )
 
+# Columns analysts filter by, per table: `nightjar maintain` Z-orders the table's files on them.
+ZORDER_COLUMNS: dict[str, tuple[str, ...]] = {
+    TABLE_BRONZE: ("topic", "timestamp"),
+    TABLE_PIPELINE_PROGRESS: ("query_name", "timestamp"),
+}
+# Files no longer referenced by a table are deleted by `nightjar maintain` after this many hours (Delta's
+# default). Shorter risks breaking readers of older versions and time travel.
+VACUUM_RETENTION_HOURS = 168
+
 ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
 ENV_LAKE = "NIGHTJAR_LAKE"
 ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
