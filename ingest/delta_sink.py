@@ -143,6 +143,10 @@ def write_batch(df: DataFrame, path: Path, app_id: str, batch_id: int, partition
         for f in files
     ]
     rows = sum(f.rows for f in files)
+    if not actions:
+        # Nothing to add: no commit (an empty commit per idle micro-batch would only grow the log).
+        # A replay of this batch id also writes nothing, so recording it is unnecessary.
+        return 0
     table = DeltaTable(str(path))
     table.create_write_transaction(
         actions,
