@@ -1,0 +1,117 @@
+"""``nightjar dashboard``: start the Streamlit app over the lake, and helpers the demo and tests share.
+
+Streamlit runs as a child process (it owns its event loop and signal handling); the lake reaches the page
+through ``NIGHTJAR_LAKE``. :func:`start_dashboard` puts the child in its own session so a caller can stop it
+and everything it spawned with one signal to the process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from nightjar.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, Settings
+from nightjar.errors import UserError
+
+log = logging.getLogger(__name__)
+
+APP = Path(__file__).resolve().parent / "app.py"
+REPO_ROOT = APP.parent.parent
+HEALTH_PATH = "/_stcore/health"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT,
+                        help=f"port to listen on (default {DEFAULT_DASHBOARD_PORT})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; 0.0.0.0 to serve the network)")
+
+
+def streamlit_argv(port: int, host: str = "127.0.0.1") -> list[str]:
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP),
+        "--server.port", str(port),
+        "--server.address", host,
+        "--server.headless", "true",
+        "--browser.gatherUsageStats", "false",
+        # The page only reads the lake; file watching would just burn CPU on a busy machine.
+        "--server.fileWatcherType", "none",
+    ]
+
+
+def start_dashboard(settings: Settings, port: int, host: str = "127.0.0.1",
+                    log_file: Path | None = None) -> subprocess.Popen:
+    """Start Streamlit in its own session (process group) and return at once; see :func:`wait_until_ready`."""
+    env = dict(os.environ)
+    env[ENV_LAKE] = str(settings.lake.resolve())
+    # The app imports `dashboard` and `nightjar` from the repository root, wherever the caller's cwd is.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(streamlit_argv(port, host), stdout=out, stderr=subprocess.STDOUT if out else None,
+                            env=env, start_new_session=True, cwd=REPO_ROOT)
+    log.info("dashboard starting (pid %d) on http://%s:%d over lake %s", proc.pid, host, port, settings.lake)
+    return proc
+
+
+def wait_until_ready(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Poll Streamlit's health endpoint until it answers ``ok``; raise :class:`UserError` on timeout or exit."""
+    deadline = time.monotonic() + timeout
+    last_error = "no answer"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise UserError(f"the dashboard exited with code {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + HEALTH_PATH, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+                last_error = f"HTTP {resp.status}"
+        except (urllib.error.URLError, OSError) as exc:
+            last_error = str(exc)
+        time.sleep(0.25)
+    raise UserError(f"the dashboard at {url} did not answer within {timeout:.0f}s ({last_error})")
+
+
+def stop_dashboard(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the dashboard's process group, SIGKILL whatever is left after ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(grace_s)
+            if sig == signal.SIGTERM:
+                # The leader is gone; make sure no child of its group outlives it.
+                continue
+        except subprocess.TimeoutExpired:
+            log.warning("dashboard did not stop within %.0fs: killing it", grace_s)
+    proc.wait()
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port must be between 1 and 65535, not {args.port}", exit_code=2)
+    from ingest.embedded_broker import port_is_open
+
+    if port_is_open(args.host if args.host != "0.0.0.0" else "127.0.0.1", args.port):
+        raise UserError(f"port {args.port} is already in use; pass --port P")
+    if not settings.lake.exists():
+        log.warning("lake %s does not exist yet: the page will say so until the pipeline writes it", settings.lake)
+    proc = start_dashboard(settings, args.port, args.host)
+    url = f"http://{'127.0.0.1' if args.host == '0.0.0.0' else args.host}:{args.port}"
+    try:
+        wait_until_ready(url, timeout=60, proc=proc)
+        print(f"Nightjar dashboard: {url} (lake {settings.lake.resolve()}). Ctrl-C stops it.", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop_dashboard(proc)
