@@ -53,12 +53,20 @@ ZORDER_COLUMNS: dict[str, tuple[str, ...]] = {
 # default). Shorter risks breaking readers of older versions and time travel.
 VACUUM_RETENTION_HOURS = 168
 
+# Parsing (ingest/normalize.py). A record larger than this is quarantined unparsed: it bounds the regex and
+# JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024
+# Streaming deduplication by event.id keeps each id this long (event time, see normalize.deduplicate).
+DEFAULT_DEDUP_DELAY = "10 minutes"
+
 ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
 ENV_LAKE = "NIGHTJAR_LAKE"
 ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
+DEFAULT_DASHBOARD_PORT = 8501
+ENV_DASHBOARD_REFRESH_S = "NIGHTJAR_DASHBOARD_REFRESH_S"  # page refresh interval (seconds)
 
 
 def kafka_client_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -101,6 +109,8 @@ class Settings:
     trigger_interval: str = "1 second"
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    dedup_delay: str = DEFAULT_DEDUP_DELAY
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=dict)
 

@@ -1,0 +1,77 @@
+"""`nightjar demo --duration S`: everything starts, data flows, everything stops, nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ingest.embedded_broker import free_port
+from nightjar.lake import row_count
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _descendants(pid: int) -> set[int]:
+    """PIDs whose ancestry reaches ``pid`` (from /proc), to prove no child survives."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - out
+        out |= frontier
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_demo_runs_everything_and_stops_cleanly(tmp_path):
+    lake = tmp_path / "lake"
+    broker_port, dash_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nightjar.cli", "demo", "--duration", "45", "--lake", str(lake),
+         "--broker-port", str(broker_port), "--dashboard-port", str(dash_port), "--rate", "300",
+         "--status-every", "5"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    seen_children: set[int] = set()
+    url_checked = False
+    lines = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        seen_children |= _descendants(proc.pid)
+        m = re.search(r"Dashboard: (http://\S+)", line)
+        if m and not url_checked:
+            assert m.group(1) == f"http://127.0.0.1:{dash_port}"
+            with urllib.request.urlopen(m.group(1) + "/_stcore/health", timeout=10) as resp:
+                assert resp.status == 200
+            url_checked = True
+    _, err = proc.communicate(timeout=120)
+    out = "".join(lines)
+    assert proc.returncode == 0, err[-3000:]
+    assert url_checked, out
+    assert f"127.0.0.1:{broker_port}" in out and "nightjar.raw.syslog" in out and "nightjar.alerts" in out
+    assert "demo stopped" in out
+    assert len(seen_children) >= 3, "expected broker, pipeline and dashboard processes"
+    survivors = [p for p in seen_children if _alive(p)]
+    assert survivors == [], f"processes left behind: {survivors}"
+    assert row_count(lake, "bronze") > 0
+    assert os.path.exists(lake / "_logs" / "pipeline.log")
