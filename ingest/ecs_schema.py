@@ -1,0 +1,371 @@
+"""The normalized event schema: ECS field names as nested struct columns, one fixed Spark schema.
+
+Every parser maps its input onto dotted ECS paths (``"source.ip"``, ``"dns.question.name"``); this module
+owns the one list of those paths and their types, and :func:`assemble` turns a ``{path: Column}`` mapping
+into the nested top-level columns. A path a parser does not produce is a typed null, so ``events`` has the
+same columns and types whatever mix of sources a micro-batch holds (Delta appends never change the schema
+unless this list does). A struct whose fields are all null is itself null, so JSON output and
+``IS NULL`` tests stay meaningful.
+
+Extending: add ``"namespace.field": "type"`` lines to :data:`ECS_FIELDS` (enrichment adds its own the same
+way). Types are Spark DDL types. Fields that ECS does not define (``dhcp.*``, ``system.auth.*``,
+``zeek.*``) follow Elastic's module naming where one exists.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+# path -> Spark DDL type. Order is column order. Comments name the source(s) that fill a group.
+ECS_FIELDS: dict[str, str] = {
+    "@timestamp": "timestamp",
+    "message": "string",
+    "tags": "array<string>",
+    # event: every source
+    "event.id": "string",
+    "event.kind": "string",
+    "event.module": "string",
+    "event.dataset": "string",
+    "event.category": "array<string>",
+    "event.type": "array<string>",
+    "event.action": "string",
+    "event.outcome": "string",
+    "event.duration": "bigint",
+    "event.created": "timestamp",
+    "event.ingested": "timestamp",
+    "event.original": "string",
+    # syslog header (RFC 3164 / RFC 5424)
+    "log.syslog.priority": "int",
+    "log.syslog.facility.code": "int",
+    "log.syslog.facility.name": "string",
+    "log.syslog.severity.code": "int",
+    "log.syslog.severity.name": "string",
+    "log.syslog.version": "string",
+    "log.syslog.appname": "string",
+    "log.syslog.procid": "string",
+    "log.syslog.msgid": "string",
+    "log.syslog.structured_data": "map<string, map<string, string>>",
+    "host.name": "string",
+    "host.hostname": "string",
+    "process.name": "string",
+    "process.pid": "bigint",
+    # network endpoints: sshd, dhcpd, zeek
+    "source.address": "string",
+    "source.ip": "string",
+    "source.port": "int",
+    "source.mac": "string",
+    "source.domain": "string",
+    "source.bytes": "bigint",
+    "source.packets": "bigint",
+    "destination.address": "string",
+    "destination.ip": "string",
+    "destination.port": "int",
+    "destination.mac": "string",
+    "destination.domain": "string",
+    "destination.bytes": "bigint",
+    "destination.packets": "bigint",
+    "network.transport": "string",
+    "network.protocol": "string",
+    "network.type": "string",
+    "network.bytes": "bigint",
+    "network.packets": "bigint",
+    "network.community_id": "string",
+    # identities: sshd, sudo, useradd/groupadd, zeek http
+    "user.name": "string",
+    "user.id": "string",
+    "user.effective.name": "string",
+    "group.name": "string",
+    "group.id": "string",
+    # application protocols: zeek dns/http/ssl/notice
+    "dns.id": "string",
+    "dns.type": "string",
+    "dns.question.name": "string",
+    "dns.question.type": "string",
+    "dns.question.class": "string",
+    "dns.response_code": "string",
+    "dns.header_flags": "array<string>",
+    "dns.answers": "array<struct<data: string, ttl: bigint>>",
+    "dns.resolved_ip": "array<string>",
+    "url.original": "string",
+    "url.full": "string",
+    "url.domain": "string",
+    "url.path": "string",
+    "url.query": "string",
+    "http.version": "string",
+    "http.request.method": "string",
+    "http.request.referrer": "string",
+    "http.request.body.bytes": "bigint",
+    "http.response.status_code": "int",
+    "http.response.body.bytes": "bigint",
+    "http.response.mime_type": "string",
+    "user_agent.original": "string",
+    "tls.version": "string",
+    "tls.version_protocol": "string",
+    "tls.cipher": "string",
+    "tls.curve": "string",
+    "tls.resumed": "boolean",
+    "tls.established": "boolean",
+    "tls.next_protocol": "string",
+    "tls.client.server_name": "string",
+    "tls.client.ja3": "string",
+    "tls.server.ja3s": "string",
+    "tls.server.subject": "string",
+    "tls.server.issuer": "string",
+    "rule.name": "string",
+    "related.ip": "array<string>",
+    "related.user": "array<string>",
+    "related.hosts": "array<string>",
+    # DHCP leases from ISC dhcpd lines and Zeek dhcp.log, one shape for both (no ECS equivalent).
+    # The DHCP client is source.ip / source.mac; these name the roles.
+    "dhcp.message_types": "array<string>",
+    "dhcp.assigned_ip": "string",
+    "dhcp.requested_ip": "string",
+    "dhcp.server_ip": "string",
+    "dhcp.relay_ip": "string",
+    "dhcp.interface": "string",
+    "dhcp.client_hostname": "string",
+    "dhcp.lease_seconds": "bigint",
+    "dhcp.domain": "string",
+    "dhcp.detail": "string",
+    # auth log specifics (Elastic's system.auth names)
+    "system.auth.ssh.event": "string",
+    "system.auth.ssh.method": "string",
+    "system.auth.ssh.signature": "string",
+    "system.auth.ssh.key_type": "string",
+    "system.auth.ssh.fingerprint": "string",
+    "system.auth.ssh.invalid_user": "boolean",
+    "system.auth.ssh.preauth": "boolean",
+    "system.auth.ssh.disconnect_code": "int",
+    "system.auth.ssh.disconnect_reason": "string",
+    "system.auth.sudo.tty": "string",
+    "system.auth.sudo.pwd": "string",
+    "system.auth.sudo.user": "string",
+    "system.auth.sudo.group": "string",
+    "system.auth.sudo.command": "string",
+    "system.auth.sudo.error": "string",
+    "system.auth.pam.module": "string",
+    "system.auth.pam.service": "string",
+    "system.auth.pam.type": "string",
+    "system.auth.pam.logname": "string",
+    "system.auth.pam.uid": "string",
+    "system.auth.pam.euid": "string",
+    "system.auth.pam.tty": "string",
+    "system.auth.pam.ruser": "string",
+    "system.auth.pam.rhost": "string",
+    "system.auth.pam.by": "string",
+    "system.auth.useradd.home": "string",
+    "system.auth.useradd.shell": "string",
+    "system.auth.useradd.from": "string",
+    "system.auth.groupadd.file": "string",
+    "system.auth.repeated": "int",
+    # Zeek specifics (Elastic's zeek module names)
+    "zeek.session_id": "string",
+    "zeek.connection.state": "string",
+    "zeek.connection.history": "string",
+    "zeek.connection.local_orig": "boolean",
+    "zeek.connection.local_resp": "boolean",
+    "zeek.connection.missed_bytes": "bigint",
+    "zeek.connection.tunnel_parents": "array<string>",
+    "zeek.dns.rtt": "double",
+    "zeek.dns.rejected": "boolean",
+    "zeek.dns.qtype": "int",
+    "zeek.dns.qclass": "int",
+    "zeek.dns.rcode": "int",
+    "zeek.dns.Z": "int",
+    "zeek.dhcp.uids": "array<string>",
+    "zeek.dhcp.client_fqdn": "string",
+    "zeek.dhcp.duration": "double",
+    "zeek.http.trans_depth": "int",
+    "zeek.http.status_msg": "string",
+    "zeek.http.tags": "array<string>",
+    "zeek.http.orig_fuids": "array<string>",
+    "zeek.http.resp_fuids": "array<string>",
+    "zeek.http.resp_mime_types": "array<string>",
+    "zeek.ssl.ssl_history": "string",
+    "zeek.ssl.validation_status": "string",
+    "zeek.ssl.last_alert": "string",
+    "zeek.ssl.sni_matches_cert": "boolean",
+    "zeek.ssl.cert_chain_fps": "array<string>",
+    "zeek.ssl.client_cert_chain_fps": "array<string>",
+    "zeek.ssh.version": "int",
+    "zeek.ssh.auth_success": "boolean",
+    "zeek.ssh.auth_attempts": "int",
+    "zeek.ssh.direction": "string",
+    "zeek.ssh.client": "string",
+    "zeek.ssh.server": "string",
+    "zeek.ssh.cipher_alg": "string",
+    "zeek.ssh.mac_alg": "string",
+    "zeek.ssh.compression_alg": "string",
+    "zeek.ssh.kex_alg": "string",
+    "zeek.ssh.host_key_alg": "string",
+    "zeek.ssh.host_key": "string",
+    "zeek.notice.note": "string",
+    "zeek.notice.msg": "string",
+    "zeek.notice.sub": "string",
+    "zeek.notice.actions": "array<string>",
+    "zeek.notice.suppress_for": "double",
+    "zeek.notice.peer_descr": "string",
+    "zeek.notice.dropped": "boolean",
+    "zeek.notice.fuid": "string",
+    "zeek.weird.name": "string",
+    "zeek.weird.addl": "string",
+    "zeek.weird.notice": "boolean",
+    "zeek.weird.peer": "string",
+    "zeek.weird.source": "string",
+    "zeek.ntp.version": "int",
+    "zeek.ntp.mode": "int",
+    "zeek.ntp.stratum": "int",
+    "zeek.ntp.poll": "double",
+    "zeek.ntp.precision": "double",
+    "zeek.ntp.root_delay": "double",
+    "zeek.ntp.root_disp": "double",
+    "zeek.ntp.ref_id": "string",
+    "zeek.ntp.ref_time": "timestamp",
+    "zeek.ntp.org_time": "timestamp",
+    "zeek.ntp.rec_time": "timestamp",
+    "zeek.ntp.xmt_time": "timestamp",
+    "zeek.ntp.num_exts": "int",
+    "zeek.rdp.cookie": "string",
+    "zeek.rdp.result": "string",
+    "zeek.rdp.security_protocol": "string",
+    "zeek.rdp.client_channels": "array<string>",
+    "zeek.rdp.keyboard_layout": "string",
+    "zeek.rdp.client_build": "string",
+    "zeek.rdp.client_name": "string",
+    "zeek.rdp.client_dig_product_id": "string",
+    "zeek.rdp.desktop_width": "int",
+    "zeek.rdp.desktop_height": "int",
+    "zeek.rdp.requested_color_depth": "string",
+    "zeek.rdp.cert_type": "string",
+    "zeek.rdp.cert_count": "int",
+    "zeek.rdp.cert_permanent": "boolean",
+    "zeek.rdp.encryption_level": "string",
+    "zeek.rdp.encryption_method": "string",
+}
+
+_ATOMIC: dict[str, DataType] = {
+    "string": StringType(), "int": IntegerType(), "bigint": LongType(), "double": DoubleType(),
+    "boolean": BooleanType(), "timestamp": TimestampType(), "binary": BinaryType(),
+}
+
+
+def parse_type(ddl: str) -> DataType:
+    """The Spark type of a DDL type string (the subset used here), without needing a Spark session."""
+    typ, rest = _parse(ddl.replace(" ", ""))
+    if rest:
+        raise ValueError(f"unexpected {rest!r} in type {ddl!r}")
+    return typ
+
+
+def _parse(text: str) -> tuple[DataType, str]:
+    for name in ("array<", "map<", "struct<"):
+        if text.startswith(name):
+            rest = text[len(name):]
+            if name == "array<":
+                element, rest = _parse(rest)
+                return ArrayType(element), _expect(rest, ">")
+            if name == "map<":
+                key, rest = _parse(rest)
+                value, rest = _parse(_expect(rest, ","))
+                return MapType(key, value), _expect(rest, ">")
+            fields = []
+            while True:
+                field_name, rest = rest.split(":", 1)
+                field_type, rest = _parse(rest)
+                fields.append(StructField(field_name, field_type))
+                if rest.startswith(">"):
+                    return StructType(fields), rest[1:]
+                rest = _expect(rest, ",")
+    for name, typ in _ATOMIC.items():
+        if text.startswith(name):
+            return typ, text[len(name):]
+    raise ValueError(f"unknown type at {text!r}")
+
+
+def _expect(text: str, token: str) -> str:
+    if not text.startswith(token):
+        raise ValueError(f"expected {token!r} at {text!r}")
+    return text[len(token):]
+
+
+FIELD_TYPES: dict[str, DataType] = {path: parse_type(ddl) for path, ddl in ECS_FIELDS.items()}
+
+
+def _tree(paths: list[str]) -> dict:
+    """Nested dict of the dotted paths: ``{"source": {"ip": "source.ip", ...}, ...}`` (leaves are paths)."""
+    root: dict = {}
+    for path in paths:
+        node = root
+        *parents, leaf = path.split(".") if path != "@timestamp" else ["@timestamp"]
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"ECS path {path} nests under a leaf")
+        if leaf in node:
+            raise ValueError(f"ECS path {path} declared twice or both as leaf and struct")
+        node[leaf] = path
+    return root
+
+
+_TREE = _tree(list(ECS_FIELDS))
+ECS_COLUMNS: tuple[str, ...] = tuple(_TREE)
+
+
+def _struct_type(node: dict) -> StructType:
+    return StructType([
+        StructField(name, _struct_type(child) if isinstance(child, dict) else FIELD_TYPES[child], True)
+        for name, child in node.items()
+    ])
+
+
+ECS_SCHEMA: StructType = _struct_type(_TREE)
+
+
+def typed_null(path: str) -> Column:
+    return F.lit(None).cast(FIELD_TYPES[path])
+
+
+def assemble(values: dict[str, Column]) -> list[Column]:
+    """The ECS top-level columns (in schema order) from ``{path: Column}``; unknown paths are an error.
+
+    Leaves are cast to their declared type (a no-op when the parser produced that type already). Each
+    struct is null when all of its leaves are null. ``values`` should reference plain columns (see
+    ``normalize``), since a leaf expression appears twice: in the struct and in its null test.
+    """
+    unknown = set(values) - set(ECS_FIELDS)
+    if unknown:
+        raise KeyError(f"not ECS paths of ecs_schema.ECS_FIELDS: {sorted(unknown)}")
+
+    def build(name: str, node: dict | str) -> tuple[Column, Column | None]:
+        """(column, "is not null" test or None when always null)."""
+        if isinstance(node, str):
+            value = values.get(node)
+            if value is None:
+                return typed_null(node).alias(name), None
+            return value.try_cast(FIELD_TYPES[node]).alias(name), value.isNotNull()
+        children = [build(child_name, child) for child_name, child in node.items()]
+        tests = [test for _, test in children if test is not None]
+        struct = F.struct(*[col for col, _ in children])
+        if not tests:
+            return F.lit(None).cast(_struct_type(node)).alias(name), None
+        present = reduce(lambda a, b: a | b, tests)
+        return F.when(present, struct).alias(name), present
+
+    return [build(name, node)[0] for name, node in _TREE.items()]

@@ -1,0 +1,269 @@
+"""bronze -> events: parse raw records into ECS events, with a quarantine that loses nothing.
+
+Plain ``DataFrame -> DataFrame`` functions, used unchanged by the stream (``nightjar run``), by
+``nightjar parse FILE…`` and by tests::
+
+    parsed = parse_records(bronze)              # exactly one row per input row
+    parsed = deduplicate(parsed, "10 minutes")  # streaming: drop replayed records by event.id
+    events = to_events(parsed)                  # good rows, ECS columns only, fixed schema
+    bad = to_quarantine(parsed)                 # raw bytes + coordinates + parser + error
+
+Input ("bronze-shaped"): ``key`` binary, ``value`` binary, ``topic``, ``partition``, ``offset``,
+``timestamp`` (Kafka's), ``ingested_at``; an optional ``headers`` column; other columns are ignored.
+
+Each record's format is detected from its content (a record starting with ``{`` or ``[`` is Zeek JSON,
+anything else syslog), not from its topic, unless ``fmt`` forces one. Everything runs as Spark SQL expressions in
+the JVM: ``from_json`` with an explicit schema, ``regexp_*``, ``try_to_timestamp``, ``try_cast`` and
+higher-order array functions; there is no Python UDF (see docs/parsing.md). ANSI mode is on in Spark 4,
+so only ``try_*`` conversions are used: no input value can make an expression throw and stop the stream.
+
+Quarantine reasons (``_error.parser`` / ``_error.reason``): ``decode`` (empty record, record over
+``max_record_bytes``, invalid UTF-8), ``zeek`` (malformed JSON, no ``_path`` and none inferable, no or
+unreadable ``ts``), ``syslog_rfc5424`` / ``syslog_rfc3164`` (no or malformed header, unreadable timestamp).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from ingest.ecs_schema import ECS_COLUMNS, assemble
+from ingest.parsers import syslog, zeek
+from ingest.parsers import values as V
+from ingest.parsers.field_map import Fields, coalesce_fields, non_empty
+from nightjar.config import DEFAULT_DEDUP_DELAY, DEFAULT_MAX_RECORD_BYTES
+
+FORMATS = ("auto", "syslog", "zeek")
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "ingested_at")
+QUARANTINE_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "parser", "error")
+ERROR_COLUMN = "_error"
+PARSER_DECODE = "decode"
+# A record header naming the file a line came from (set by ingest.file_source): part of event.id, so that
+# line 7 of two different files gets two ids.
+SOURCE_FILE_HEADER = "nightjar.source_file"
+EVENT_ID_HEX_CHARS = 32  # 128 bits of SHA-256: collision-free in practice, short enough to read
+
+
+def parse_records(bronze: DataFrame, fmt: str = "auto",
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> DataFrame:
+    """ECS columns + the raw coordinates (:data:`RAW_COLUMNS`) + ``_error`` (null when the record parsed).
+
+    Exactly one output row per input row, in batch and in streaming alike; never raises on bad data.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    cols = set(bronze.columns)
+    missing = {"value", "topic", "partition", "offset"} - cols
+    if missing:
+        raise ValueError(f"not a bronze-shaped DataFrame: no column(s) {', '.join(sorted(missing))}")
+    optional = frozenset(cols & {"key", "timestamp", "ingested_at", "headers"})
+    from pyspark import SparkContext
+
+    # The format and the size limit are literal columns, so that one cached plan serves every call.
+    params = bronze.select("*", F.lit(fmt).alias("_p_fmt"), F.lit(int(max_record_bytes)).alias("_p_max"))
+    return _Plan.replay(_parse_plan(optional, id(SparkContext._active_spark_context)), params)
+
+
+class _Plan:
+    """Records ``withColumn`` / ``select`` calls so that the (large) expression trees are built once per
+    process and replayed onto each DataFrame: building them costs tens of thousands of Py4J calls (seconds),
+    and Spark Columns are unresolved expressions that can be applied to any DataFrame with the input columns.
+    """
+
+    def __init__(self, columns: frozenset[str]) -> None:
+        self.columns = sorted(columns)
+        self.steps: list[tuple] = []
+
+    def withColumn(self, name: str, col: Column) -> _Plan:  # noqa: N802 (DataFrame's spelling)
+        self.steps.append(("with", name, col))
+        return self
+
+    def select(self, *cols: Column | str) -> _Plan:
+        self.steps.append(("select", cols))
+        return self
+
+    @staticmethod
+    def replay(plan: _Plan, df: DataFrame) -> DataFrame:
+        for step in plan.steps:
+            df = df.withColumn(step[1], step[2]) if step[0] == "with" else df.select(*step[1])
+        return df
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_plan(optional: frozenset[str], _context: int) -> _Plan:
+    """The steps of :func:`parse_records` for a bronze frame with the base columns plus ``optional`` (and the
+    parameter columns ``_p_fmt``, ``_p_max``)."""
+    df = _decode(_Plan(optional | {"value", "topic", "partition", "offset"}))
+    line = F.col("_line")
+    is_zeek = F.col("_kind") == F.lit("zeek")
+    is_syslog = F.col("_kind") == F.lit("syslog")
+    df = zeek.add_json(df, line, is_zeek)
+    df = syslog.add_header(df, line, is_syslog)
+    df = syslog.add_envelope(df, F.col("ingested_at"), F.col("timestamp"))
+    df = syslog.add_message_match(df)
+
+    error = (F.when(F.col("_decode_error").isNotNull(),
+                    F.struct(F.lit(PARSER_DECODE).alias("parser"), F.col("_decode_error").alias("reason")))
+             .when(is_zeek, zeek.error())
+             .when(is_syslog, syslog.error(line)))
+    fields = coalesce_fields(zeek.fields(is_zeek), syslog.fields(), _record_fields())
+    # Materialize every leaf once (as _f_<path>), then build the nested structs from those columns.
+    leaves = [expr.alias(_flat(path)) for path, expr in fields.items()]
+    df = df.select(*RAW_COLUMNS, error.alias(ERROR_COLUMN), *leaves)
+    values = {path: F.col(_flat(path)) for path in fields}
+    # Two steps, each materialized: validated addresses first, then the pivots computed from them (so that no
+    # address regex is evaluated more than once per field and row).
+    for derive in (_normalized_addresses, _pivots):
+        derived = derive(values)
+        kept = [col for path, col in values.items() if path not in derived]
+        df = df.select(*RAW_COLUMNS, ERROR_COLUMN, *kept, *[e.alias(_flat(p)) for p, e in derived.items()])
+        values.update({path: F.col(_flat(path)) for path in derived})
+    return df.select(*assemble(values), *RAW_COLUMNS, ERROR_COLUMN)
+
+
+def _flat(path: str) -> str:
+    return "_f_" + path.replace("@", "at_").replace(".", "__")
+
+
+def _decode(bronze: _Plan) -> _Plan:
+    """Raw bytes -> ``_line`` (text without line terminator or byte-order mark), ``_kind``, ``_decode_error``."""
+    cols = set(bronze.columns)
+    value = F.col("value")
+    max_bytes = F.col("_p_max")
+    raw = [
+        F.col("key") if "key" in cols else F.lit(None).cast("binary").alias("key"),
+        value, F.col("topic"), F.col("partition"), F.col("offset"),
+        F.col("timestamp") if "timestamp" in cols else F.lit(None).cast("timestamp").alias("timestamp"),
+        (F.coalesce(F.col("ingested_at"), F.current_timestamp()) if "ingested_at" in cols
+         else F.current_timestamp()).alias("ingested_at"),
+    ]
+    source_file = (F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(SOURCE_FILE_HEADER)),
+                                    F.lit(1))["value"].cast("string")
+                   if "headers" in cols else F.lit(None).cast("string"))
+    size = F.octet_length(value)
+    text = F.when(size <= max_bytes, value.cast("string"))
+    valid = F.is_valid_utf8(text)
+    line = F.ltrim(F.rtrim(text, F.lit("\r\n")), F.lit("\ufeff"))
+    df = bronze.select(*raw, F.col("_p_fmt"), max_bytes, source_file.alias("_source_file"), size.alias("_size"),
+                       F.when(valid, line).alias("_line"))
+    decode_error = (
+        F.when(F.col("value").isNull(), F.lit("empty record (no value)"))
+        .when(F.col("_size") > max_bytes,
+              F.format_string("oversized record: %d bytes, the limit is %d", F.col("_size"), max_bytes))
+        .when(F.col("_line").isNull(), F.lit("invalid UTF-8"))
+        .when(F.col("_line").rlike(r"^\s*\z"), F.lit("empty record (blank line)"))
+    )
+    fmt = F.col("_p_fmt")
+    kind = (F.when(fmt == F.lit("zeek"), F.lit("zeek")).when(fmt == F.lit("syslog"), F.lit("syslog"))
+            .when(F.col("_line").rlike(r"^\s*[{\[]"), F.lit("zeek")).otherwise(F.lit("syslog")))
+    return (df.withColumn("_decode_error", decode_error)
+              .withColumn("_kind", F.when(F.col("_decode_error").isNull(), kind)))
+
+
+def event_id(topic: Column, partition: Column, offset: Column, source_file: Column | None = None) -> Column:
+    """Deterministic ``event.id`` from the record's coordinates: a replay of the same record gets the same id."""
+    parts = [topic, partition.cast("string"), offset.cast("string")]
+    if source_file is not None:
+        parts.append(source_file)
+    return F.substring(F.sha2(F.concat_ws("/", *parts), 256), 1, EVENT_ID_HEX_CHARS)
+
+
+def _record_fields() -> Fields:
+    """Fields every row gets, whatever its format."""
+    return {
+        "event.id": event_id(F.col("topic"), F.col("partition"), F.col("offset"), F.col("_source_file")),
+        "event.original": F.col("_line"),
+        "event.created": F.col("timestamp"),
+        "event.ingested": F.col("ingested_at"),
+    }
+
+
+def _normalized_addresses(values: dict[str, Column]) -> Fields:
+    """Addresses validated into ``*.ip`` / ``*.domain`` and MACs in ECS spelling, whatever the source.
+
+    Parsers emit addresses as written (``source.address``); doing the validation here, once per field,
+    keeps the generated code small and the rules identical for every format.
+    """
+
+    def get(path: str) -> Column:
+        return values.get(path, F.lit(None).cast("string"))
+
+    out: Fields = {
+        "source.ip": V.ip_or_null(get("source.address")),
+        "source.domain": V.hostname_or_null(F.coalesce(get("source.domain"), get("source.address"))),
+        "destination.ip": V.ip_or_null(get("destination.address")),
+        "destination.domain": V.hostname_or_null(F.coalesce(get("destination.domain"), get("destination.address"))),
+        "source.mac": V.mac(get("source.mac")),
+        "destination.mac": V.mac(get("destination.mac")),
+        "dhcp.interface": F.when(~V.is_ip(get("dhcp.interface")), get("dhcp.interface")),
+    }
+    for path in ("dhcp.assigned_ip", "dhcp.requested_ip", "dhcp.server_ip", "dhcp.relay_ip"):
+        out[path] = V.ip_or_null(get(path))
+    return out
+
+
+def _pivots(values: dict[str, Column]) -> Fields:
+    """The ECS pivot fields ``related.*`` and ``network.type``, from the validated addresses."""
+
+    def get(path: str) -> Column:
+        return values.get(path, F.lit(None).cast("string"))
+
+    ips = F.array(*[get(p) for p in ("source.ip", "destination.ip", "dhcp.assigned_ip", "dhcp.requested_ip",
+                                     "dhcp.server_ip", "dhcp.relay_ip")])
+    if "dns.resolved_ip" in values:
+        ips = F.concat(ips, F.coalesce(values["dns.resolved_ip"], F.array().cast("array<string>")))
+    users = F.array(*[get(p) for p in ("user.name", "user.effective.name", "system.auth.pam.by")])
+    hosts = F.array(get("host.hostname"), get("source.domain"), get("destination.domain"),
+                    get("dhcp.client_hostname"))
+    source_ip, destination_ip = get("source.ip"), get("destination.ip")
+    return {
+        "related.ip": non_empty(ips),
+        "related.user": non_empty(users),
+        "related.hosts": non_empty(F.transform(hosts, F.lower)),
+        "network.type": (F.when(F.coalesce(source_ip, destination_ip).contains(":"), F.lit("ipv6"))
+                         .when(F.coalesce(source_ip, destination_ip).isNotNull(), F.lit("ipv4"))),
+    }
+
+
+_DELAY = re.compile(r"^\s*[0-9]+\s+(?:second|minute|hour|day)s?\s*$")
+
+
+def deduplicate(parsed: DataFrame, delay: str = DEFAULT_DEDUP_DELAY) -> DataFrame:
+    """Drop records whose ``event.id`` was already seen within ``delay`` (streaming and batch, append mode).
+
+    Watermarked on the event's ``@timestamp``, clamped to ``[ingested_at - delay, ingested_at]``; quarantined
+    rows (no usable ``@timestamp``) use ``ingested_at``. The clamp is deliberate: Spark drops rows older than
+    the watermark, so an unclamped watermark would silently lose a host's late-delivered logs, and one line
+    with a clock in the year 2099 would push the watermark ahead and drop everything after it. Clamped, no
+    row is ever behind the watermark (count in = events + quarantine + duplicates, always), replays of the
+    same Kafka records (same ids) are dropped, and the state holds at most ``delay`` worth of ids.
+    """
+    if not _DELAY.match(delay):
+        raise ValueError(f"delay must look like '10 minutes' (seconds/minutes/hours/days), not {delay!r}")
+    interval = F.expr(f"INTERVAL {delay.strip()}")
+    ingested = F.coalesce(F.col("ingested_at"), F.current_timestamp())
+    ts = F.col("`@timestamp`")
+    event_time = (F.when(F.col(ERROR_COLUMN).isNull() & ts.isNotNull(),
+                         F.least(F.greatest(ts, ingested - interval), ingested))
+                  .otherwise(ingested))
+    keyed = (parsed.withColumn("_event_time", event_time)
+             .withColumn("_dedup_id", F.col("event.id")))
+    return (keyed.withWatermark("_event_time", delay.strip())
+            .dropDuplicatesWithinWatermark(["_dedup_id"])
+            .drop("_event_time", "_dedup_id"))
+
+
+def to_events(parsed: DataFrame) -> DataFrame:
+    """The rows that parsed, ECS columns only, in :data:`ingest.ecs_schema.ECS_SCHEMA` order and types."""
+    return parsed.where(F.col(ERROR_COLUMN).isNull()).select(*[F.col(f"`{c}`") for c in ECS_COLUMNS])
+
+
+def to_quarantine(parsed: DataFrame) -> DataFrame:
+    """The rows that did not parse: raw bytes, coordinates, the parser tried and the reason."""
+    err = F.col(ERROR_COLUMN)
+    return parsed.where(err.isNotNull()).select(
+        "value", "topic", "partition", "offset", "timestamp", "ingested_at",
+        err["parser"].alias("parser"), err["reason"].alias("error"))
