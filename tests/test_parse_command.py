@@ -1,0 +1,86 @@
+"""``nightjar parse FILE…`` through the real CLI (a subprocess with its own Spark)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SYSLOG = [
+    b"<38>Feb 21 21:54:44 bastion sshd[4242]: Accepted publickey for bob from 10.0.0.5 port 50022 ssh2: "
+    b"ED25519 SHA256:abc",
+    b"not a syslog line",
+    b"Mar  9 10:00:00 dhcp-01 dhcpd[812]: DHCPACK on 10.0.0.50 to 0:c:29:aa:b:1 (laptop-7) via eth0\r",
+    b"\xff\xfe broken bytes",
+    b'<165>1 2023-10-11T22:14:15.003Z h app 1 ID [a@1 k="v"] msg',
+]
+ZEEK = [
+    b'{"_path":"dns","ts":"2018-03-24T17:15:20.865716Z","uid":"C1","id.orig_h":"10.47.1.100","id.orig_p":41772,'
+    b'"id.resp_h":"10.0.0.100","id.resp_p":53,"proto":"udp","query":"ise.wrccdc.org","qtype_name":"A",'
+    b'"rcode_name":"NOERROR","answers":["134.71.3.16"],"TTLs":[60.0]}',
+    b'{"_path":"conn","ts":1521911720.5,"uid":"C2"',
+]
+
+
+def nightjar(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nightjar.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("logs")
+    syslog, zeek = d / "auth.log", d / "dns.log"
+    syslog.write_bytes(b"\n".join(SYSLOG) + b"\n")
+    zeek.write_bytes(b"\n".join(ZEEK))  # no final newline
+    return syslog, zeek
+
+
+def test_parse_prints_ecs_json_per_line_and_reports_bad_lines(files):
+    syslog, zeek = files
+    result = nightjar("parse", str(syslog), str(zeek))
+    assert result.returncode == 0, result.stderr[-3000:]
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(docs) == 4
+    ssh, dhcp, rfc5424, dns = docs
+    assert ssh["event"]["original"] == SYSLOG[0].decode()
+    assert ssh["event"]["action"] == "ssh_login" and ssh["user"]["name"] == "bob"
+    assert ssh["source"] == {"address": "10.0.0.5", "ip": "10.0.0.5", "port": 50022}
+    assert ssh["system"]["auth"]["ssh"]["key_type"] == "ED25519"
+    assert ssh["@timestamp"].endswith("-02-21T21:54:44.000000Z")
+    assert dhcp["source"]["mac"] == "00-0C-29-AA-0B-01" and dhcp["dhcp"]["assigned_ip"] == "10.0.0.50"
+    assert dhcp["event"]["original"].endswith("via eth0")  # the \r is not part of the line
+    assert rfc5424["@timestamp"] == "2023-10-11T22:14:15.003000Z"
+    assert rfc5424["log"]["syslog"]["structured_data"] == {"a@1": {"k": "v"}}
+    assert dns["dns"]["question"]["name"] == "ise.wrccdc.org"
+    assert dns["dns"]["answers"] == [{"data": "134.71.3.16", "ttl": 60}]
+    assert dns["event"]["dataset"] == "zeek.dns" and dns["source"]["ip"] == "10.47.1.100"
+    assert len({d["event"]["id"] for d in docs}) == 4
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith(str(syslog)) or ln.startswith(str(zeek))]
+    assert errors == [
+        f"{syslog}:2: syslog_rfc3164: no syslog header: expected 'Mmm dd hh:mm:ss HOST TAG: MSG' (RFC 3164) or "
+        "'<PRI>1 TIMESTAMP HOST APP PROCID MSGID SD MSG' (RFC 5424)",
+        f"{syslog}:4: decode: invalid UTF-8",
+        f"{zeek}:2: zeek: malformed JSON: not one complete JSON object with Zeek's field types",
+    ]
+    assert "nightjar parse: 4 events, 3 bad lines" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["parse", "/nonexistent/file.log"], "/nonexistent/file.log: no such file"),
+    (["parse", "--format", "xml", "x.log"], "invalid choice: 'xml'"),
+    (["parse"], "the following arguments are required: FILE"),
+    (["parse", "/tmp"], "/tmp: is a directory"),
+])
+def test_bad_arguments_get_one_line_and_non_zero_exit(args, message):
+    result = nightjar(*args, timeout=60)
+    assert result.returncode != 0
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0] and lines[0].startswith("nightjar parse")
+    assert result.stdout == ""
