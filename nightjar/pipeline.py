@@ -3,6 +3,11 @@
 Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 
 * ``bronze``: every raw Kafka record of both raw topics, as it arrived, plus ``ingested_at``.
+* ``events``: the same records parsed and normalized to ECS (``ingest.normalize``), deduplicated within
+  the watermark, into ``events``; what cannot be parsed goes to ``quarantine`` with the reason.
+
+The two queries read Kafka independently: bronze never waits for parsing, and a parser change can be
+re-run from Kafka or bronze without touching the raw copy.
 
 Each query reads Kafka with the ``nightjar_kafka`` source and writes Delta with
 :func:`ingest.delta_sink.write_batch`, so a restart after any crash re-reads exactly the offsets of the
@@ -28,12 +33,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from nightjar.config import RAW_TOPICS, TABLE_BRONZE, TABLE_PIPELINE_PROGRESS, Settings
+from nightjar.config import (
+    RAW_TOPICS,
+    TABLE_BRONZE,
+    TABLE_EVENTS,
+    TABLE_PIPELINE_PROGRESS,
+    TABLE_QUARANTINE,
+    Settings,
+)
 from nightjar.errors import DataLossError, UserError, summarize_query_error
 
 log = logging.getLogger(__name__)
 
 QUERY_BRONZE = "bronze"
+QUERY_EVENTS = "events"
 
 
 def kafka_stream(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
@@ -104,8 +117,38 @@ def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
     return trigger.apply(writer).start()
 
 
+def start_events(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
+    """Raw records -> ECS ``events`` and ``quarantine``, both written from the same micro-batch.
+
+    Each table commits with its own app id and the batch id, so a crash between the two commits replays the
+    batch and writes only the table that missed it: count in = events + quarantine, always.
+    """
+    from ingest.delta_sink import write_batch
+    from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
+
+    events_path = settings.table_path(TABLE_EVENTS)
+    quarantine_path = settings.table_path(TABLE_QUARANTINE)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        df.persist()  # read Kafka and parse once for both tables
+        try:
+            write_batch(to_events(df), events_path, f"nightjar.{QUERY_EVENTS}.{TABLE_EVENTS}", batch_id)
+            write_batch(to_quarantine(df), quarantine_path, f"nightjar.{QUERY_EVENTS}.{TABLE_QUARANTINE}", batch_id)
+        finally:
+            df.unpersist()
+
+    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings))))
+    writer = (
+        parsed.writeStream.queryName(QUERY_EVENTS)
+        .foreachBatch(write)
+        .option("checkpointLocation", str(settings.checkpoint(QUERY_EVENTS)))
+    )
+    return trigger.apply(writer).start()
+
+
 QUERIES: dict[str, Callable[[SparkSession, Settings, Trigger], StreamingQuery]] = {
     QUERY_BRONZE: start_bronze,
+    QUERY_EVENTS: start_events,
 }
 
 
