@@ -1,0 +1,166 @@
+"""``nightjar bench parse``: parse-stage events/s in batch, and bronze -> events in the stream, same workload.
+
+Workload: ``--events`` records from the sample producer's mix (sshd, sudo, dhcpd as RFC 3164 and RFC 5424
+syslog; Zeek conn and dns JSON) with ``--bad-percent`` unparseable lines mixed in.
+
+1. Batch, parse stage alone: the records as an in-memory bronze DataFrame (cached and counted first, so
+   reading is not timed) -> ``parse_records`` -> Spark's ``noop`` sink (every column computed, nothing
+   written). A warm-up run on a slice pays JVM code generation first.
+2. Stream, bronze -> events: the records produced to two fresh topics, then the ``events`` query's exact
+   transformation (Kafka source -> bronze -> ``parse_records`` -> ``deduplicate`` -> ``events`` and
+   ``quarantine`` Delta tables) with availableNow. Reported steady (micro-batches after the first) and end to
+   end (query start to finish, including warm-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from nightjar.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
+from nightjar.errors import UserError
+
+BAD_LINES = (b"not syslog at all", b'{"_path":"conn","ts":15219', b"\xff\xfe\x00 binary", b"")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", type=int, default=200_000, help="records in the workload (default 200000)")
+    parser.add_argument("--bad-percent", type=float, default=1.0, help="share of unparseable lines (default 1)")
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=50_000,
+                        help="micro-batch size of the streaming run (default 50000)")
+    parser.add_argument("--skip-stream", action="store_true", help="measure the batch parse stage only")
+    parser.add_argument("--keep-lake", action="store_true", help="keep the streaming run's lake directory")
+
+
+def workload(n: int, bad_percent: float, seed: int = 7) -> list[tuple[str, bytes]]:
+    """``n`` (kind, raw) records, kind ``syslog`` or ``zeek``."""
+    from ingest.sample_producer import sample_lines
+
+    rng = random.Random(seed)
+    lines = sample_lines(random.Random(seed), dt.datetime.now(dt.UTC))
+    out = []
+    for _ in range(n):
+        if rng.random() * 100 < bad_percent:
+            out.append(("syslog", rng.choice(BAD_LINES)))
+            continue
+        topic, _key, value = next(lines)
+        out.append(("zeek" if topic.endswith("zeek") else "syslog", value))
+    return out
+
+
+def bench_batch(spark, records: list[tuple[str, bytes]], max_bytes: int) -> tuple[float, int]:
+    from ingest.file_source import lines_dataframe
+    from ingest.normalize import parse_records
+
+    bronze = lines_dataframe(spark, [raw for _, raw in records], topic="bench").repartition(2).cache()
+    bronze.count()
+    parse_records(bronze.limit(2000), max_record_bytes=max_bytes).write.format("noop").mode("overwrite").save()
+    started = time.monotonic()
+    parse_records(bronze, max_record_bytes=max_bytes).write.format("noop").mode("overwrite").save()
+    elapsed = time.monotonic() - started
+    bad = parse_records(bronze, max_record_bytes=max_bytes).where("_error IS NOT NULL").count()
+    bronze.unpersist()
+    return len(records) / elapsed, bad
+
+
+def _produce(settings: Settings, topics: dict[str, str], records: list[tuple[str, bytes]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(settings.kafka_config() | {"linger.ms": 20, "batch.num.messages": 10_000,
+                                                   "queue.buffering.max.messages": 1_000_000})
+    errors: list[str] = []
+    for i, (kind, raw) in enumerate(records):
+        while True:
+            try:
+                producer.produce(topics[kind], value=raw, on_delivery=lambda err, _m: err and errors.append(err.str()))
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 9_999:
+            producer.poll(0)
+    producer.flush(60)
+    if errors:
+        raise UserError(f"{len(errors)} records were not delivered: {errors[0]}")
+
+
+def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], lake: Path,
+                 max_per_trigger: int) -> tuple[float, float, int, int, int]:
+    from ingest.delta_sink import write_batch
+    from ingest.embedded_broker import ensure_topics
+    from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
+    from nightjar.lake import row_count
+    from nightjar.pipeline import kafka_stream, to_bronze
+
+    suffix = uuid.uuid4().hex[:6]
+    topics = {"syslog": f"bench.parse.syslog.{suffix}", "zeek": f"bench.parse.zeek.{suffix}"}
+    ensure_topics(settings, tuple(topics.values()))
+    _produce(settings, topics, records)
+    settings = settings.with_(lake=lake, max_offsets_per_trigger=max_per_trigger)
+    events_path, quarantine_path = lake / TABLE_EVENTS, lake / TABLE_QUARANTINE
+
+    def write(df, batch_id: int) -> None:
+        df.persist()
+        try:
+            write_batch(to_events(df), events_path, "bench.events", batch_id)
+            write_batch(to_quarantine(df), quarantine_path, "bench.quarantine", batch_id)
+        finally:
+            df.unpersist()
+
+    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings, tuple(topics.values()))),
+                                       max_record_bytes=settings.max_record_bytes), settings.dedup_delay)
+    started = time.monotonic()
+    query = (parsed.writeStream.queryName("bench_events").foreachBatch(write)
+             .option("checkpointLocation", str(lake / "_checkpoints" / "bench_events"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    elapsed = time.monotonic() - started
+    progress = [p for p in query.recentProgress if p.numInputRows]
+    events, bad = row_count(lake, TABLE_EVENTS), row_count(lake, TABLE_QUARANTINE)
+    if events + bad != len(records):
+        raise UserError(f"events ({events}) + quarantine ({bad}) != {len(records)} records")
+    steady = progress[1:] or progress
+    steady_rows = sum(p.numInputRows for p in steady)
+    steady_ms = sum(p.durationMs.get("triggerExecution", 0) for p in steady)
+    return steady_rows / max(steady_ms / 1000, 1e-9), len(records) / elapsed, len(progress), events, bad
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from nightjar.spark_session import build_spark
+
+    if args.events <= 0 or args.max_offsets_per_trigger <= 0 or not 0 <= args.bad_percent <= 100:
+        raise UserError("--events and --max-offsets-per-trigger must be positive, --bad-percent 0..100",
+                        exit_code=2)
+    records = workload(args.events, args.bad_percent)
+    spark = build_spark(settings, app_name="nightjar-bench-parse")
+    rate, bad = bench_batch(spark, records, settings.max_record_bytes)
+    print(f"parse stage (batch):     {rate:>10,.0f} events/s  ({len(records):,} records, {bad:,} quarantined, "
+          f"{settings.spark_master})", flush=True)
+    if args.skip_stream:
+        return 0
+    from ingest.embedded_broker import EmbeddedBroker
+
+    broker = None
+    if settings.bootstrap is None:
+        broker = EmbeddedBroker().start()
+        settings = settings.with_(bootstrap=broker.bootstrap)
+    lake = Path(tempfile.mkdtemp(prefix="nightjar-bench-parse-"))
+    try:
+        steady, overall, batches, events, bad = bench_stream(spark, settings, records, lake,
+                                                             args.max_offsets_per_trigger)
+        print(f"bronze->events (stream): {steady:>10,.0f} events/s  steady ({batches} micro-batches, first excluded)")
+        print(f"bronze->events (stream): {overall:>10,.0f} events/s  end to end, incl. start-up "
+              f"({events:,} events + {bad:,} quarantined)")
+    finally:
+        if broker is not None:
+            broker.stop()
+        if args.keep_lake:
+            print(f"lake kept at {lake}")
+        else:
+            shutil.rmtree(lake, ignore_errors=True)
+    return 0
