@@ -1,0 +1,228 @@
+"""``nightjar generate``: synthetic security logs of a simulated organization, with labelled attacks.
+
+Examples::
+
+    nightjar generate --events 100000 --seed 7 --out /tmp/logs          # files + ground_truth.jsonl
+    nightjar generate --events 100000 --seed 7 --bootstrap B --lake L   # raw topics + lake tables
+    nightjar generate --rate 2000 --bootstrap B --lake L                 # live, until Ctrl-C
+    nightjar generate --duration 86400 --speedup 3600 --start 2026-01-05T00:00:00Z --out DIR
+
+See docs/generator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from generator.engine import Options, Simulation
+from generator.organization import build_organization
+from generator.reference_tables import write_files, write_lake
+from generator.scenarios import ATTACKS, HARD_NEGATIVES, SCENARIOS
+from generator.sinks import FileSink, KafkaSink
+from nightjar.config import Settings
+from nightjar.errors import UserError
+
+log = logging.getLogger(__name__)
+DEFAULT_EVENTS = 10_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    stop = parser.add_argument_group("how much")
+    stop.add_argument("--events", type=int, metavar="N", help=f"stop after N events (default {DEFAULT_EVENTS} "
+                      "unless --duration, --rate or --speedup is given)")
+    stop.add_argument("--duration", type=float, metavar="S", help="stop after S simulated seconds")
+    pace = parser.add_argument_group("pacing (default: as fast as possible)")
+    pace.add_argument("--rate", type=float, metavar="EV/S", help="emit EV/S events per second, sustained (catches up "
+                      "after a stall instead of drifting)")
+    pace.add_argument("--speedup", type=float, metavar="X", help="run simulated time X times faster than real time")
+    parser.add_argument("--start", metavar="ISO", help="simulated start time, e.g. 2026-01-05T08:00:00Z (default: now "
+                        "for Kafka; the start of the current UTC day for --out)")
+    parser.add_argument("--seed", type=int, default=1, help="random seed: same seed and options => same output")
+    parser.add_argument("--out", metavar="DIR", help="write log files (syslog.log, zeek.log, ground_truth.jsonl, "
+                        "reference tables as JSONL) to DIR instead of Kafka")
+    parser.add_argument("--hosts", type=int, default=500, help="hosts in the organization (default 500)")
+    parser.add_argument("--users", type=int, default=300, help="users in the organization (default 300)")
+    parser.add_argument("--scenarios", metavar="LIST", help="comma-separated scenarios, each optionally NAME=COUNT "
+                        f"(default: all). Attacks: {', '.join(ATTACKS)}. Hard negatives: {', '.join(HARD_NEGATIVES)}")
+    parser.add_argument("--count", type=int, default=1, metavar="N",
+                        help="instances of each scenario (per run; per simulated hour when the run is unbounded)")
+    parser.add_argument("--no-attacks", action="store_true", help="benign background (and hard negatives) only")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def parse_start(text: str | None, to_files: bool) -> float:
+    if text is None:
+        now = time.time()
+        return float(int(now // 86400 * 86400)) if to_files else float(int(now))
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--start {text!r} is not an ISO 8601 time (e.g. 2026-01-05T08:00:00Z)", exit_code=2) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.timestamp()
+
+
+def parse_scenarios(text: str | None, count: int, no_attacks: bool) -> dict[str, int]:
+    if count < 0:
+        raise UserError("--count must be 0 or more", exit_code=2)
+    if text is None:
+        names = {n: count for n in SCENARIOS}
+    else:
+        names = {}
+        for item in (p.strip() for p in text.split(",")):
+            if not item:
+                continue
+            name, _, n = item.partition("=")
+            if name not in SCENARIOS:
+                raise UserError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}", exit_code=2)
+            try:
+                names[name] = int(n) if n else count
+            except ValueError:
+                raise UserError(f"scenario count in {item!r} is not a whole number", exit_code=2) from None
+            if names[name] < 0:
+                raise UserError(f"scenario count in {item!r} is negative", exit_code=2)
+    if no_attacks:
+        names = {n: c for n, c in names.items() if not SCENARIOS[n].attack}
+    return {n: c for n, c in names.items() if c > 0}
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    for flag in ("events", "duration", "rate", "speedup"):
+        v = getattr(args, flag)
+        if v is not None and v <= 0:
+            raise UserError(f"--{flag} must be positive, not {v:g}", exit_code=2)
+    if args.rate is not None and args.speedup is not None:
+        raise UserError("give --rate or --speedup, not both", exit_code=2)
+    if args.hosts < 12:
+        raise UserError("--hosts must be at least 12", exit_code=2)
+    if args.users < 5:
+        raise UserError("--users must be at least 5", exit_code=2)
+    events = args.events
+    if events is None and args.duration is None and args.rate is None and args.speedup is None:
+        events = DEFAULT_EVENTS
+    return Options(seed=args.seed, hosts=args.hosts, users=args.users, start=parse_start(args.start, bool(args.out)),
+                   events=events, duration=args.duration,
+                   scenarios=parse_scenarios(args.scenarios, args.count, args.no_attacks))
+
+
+class Progress:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.started = self.last = time.monotonic()
+        self.every = 0.5 if self.tty else 10.0
+
+    def update(self, n: int, ts: float, total: int | None, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self.last < self.every and not force):
+            return
+        self.last = now
+        rate = n / max(now - self.started, 1e-9)
+        pct = f" {100 * n / total:5.1f}%" if total else ""
+        line = f"generated {n:,} events{pct}  {rate:,.0f} ev/s  simulated {dt.datetime.fromtimestamp(ts, tz=dt.UTC):%Y-%m-%d %H:%M:%S}Z"
+        if self.tty:
+            sys.stderr.write("\r" + line + "\033[K")
+            if force:
+                sys.stderr.write("\n")
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def generate(opts: Options, sink, *, rate: float | None = None, speedup: float | None = None,
+             progress: Progress | None = None, org=None) -> tuple[Simulation, Counter, Counter, int, float]:
+    """Drive the simulation into ``sink``; returns (sim, events per source, events per scenario, total, last ts)."""
+    sim = Simulation(opts, org)
+    by_source: Counter = Counter()
+    by_scenario: Counter = Counter()
+    n = 0
+    last_ts = opts.start
+    end_ts = opts.start + opts.duration if opts.duration is not None else float("inf")
+    limit = opts.events if opts.events is not None else -1
+    wall0 = time.monotonic()
+    send = sink.send
+    check = 0
+    try:
+        for ts, _seq, topic, key, line, source, tag in sim.events():
+            if ts >= end_ts or n == limit:
+                break
+            send(topic, key, line)
+            n += 1
+            last_ts = ts
+            by_source[source] += 1
+            if tag is not None:
+                by_scenario[tag.rsplit("-", 1)[0]] += 1
+            check += 1
+            if check >= 2000 or rate or speedup:
+                if check >= 2000:
+                    check = 0
+                    sink.poll()
+                    if progress:
+                        progress.update(n, ts, opts.events)
+                if rate or speedup:
+                    target = wall0 + (n / rate if rate else (ts - opts.start) / speedup)
+                    ahead = target - time.monotonic()
+                    if ahead > 0.002:
+                        sink.poll()
+                        time.sleep(min(ahead, 0.5))
+                        if progress:
+                            progress.update(n, ts, opts.events)
+    except KeyboardInterrupt:
+        log.info("interrupted: writing what was generated so far")
+    if progress:
+        progress.update(n, last_ts, opts.events, force=True)
+    return sim, by_source, by_scenario, n, last_ts
+
+
+def summary(by_source: Counter, by_scenario: Counter, attacks: list, negatives: list, cut: list, n: int,
+            seconds: float, start: float, last_ts: float) -> str:
+    lines = [f"{n:,} events in {seconds:.1f}s ({n / max(seconds, 1e-9):,.0f} ev/s), simulated "
+             f"{dt.datetime.fromtimestamp(start, tz=dt.UTC):%Y-%m-%d %H:%M:%S}Z .. "
+             f"{dt.datetime.fromtimestamp(last_ts, tz=dt.UTC):%Y-%m-%d %H:%M:%S}Z", "events per source:"]
+    for source, c in sorted(by_source.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"  {source:<12} {c:>10,}")
+    lines.append(f"incidents: {len(attacks)} attacks, {len(negatives)} hard negatives (events per scenario):")
+    per = Counter(r["scenario"] for r in attacks + negatives)
+    for scen, c in sorted(by_scenario.items()):
+        label = "" if SCENARIOS[scen].attack else "  (hard negative)"
+        lines.append(f"  {scen:<26} {per.get(scen, 0):>3} incident(s) {c:>8,} events{label}")
+    if cut:
+        lines.append(f"not in the ground truth (cut off by the end of the run): {', '.join(cut)}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    opts = options_from_args(args)
+    started = time.monotonic()
+    if args.out:
+        out = Path(args.out)
+        sink = FileSink(out)
+    org = build_organization(opts.seed, opts.hosts, opts.users)
+    if not args.out:
+        sink = KafkaSink(settings)
+        # Reference tables first: enrichment can use them while the events arrive.
+        write_lake(settings.lake, org, opts.start, None, None)
+    progress = Progress(not args.quiet)
+    sim, by_source, by_scenario, n, last_ts = generate(opts, sink, rate=args.rate, speedup=args.speedup,
+                                                       progress=progress, org=org)
+    sink.close()
+    attacks, negatives, cut = sim.ground_truth()
+    if args.out:
+        write_files(out, sim.org, opts.start, attacks, negatives)
+        if args.lake:
+            write_lake(settings.lake, sim.org, opts.start, attacks, negatives)
+        where = f"{out}" + (f" and lake {settings.lake}" if args.lake else "")
+    else:
+        write_lake(settings.lake, sim.org, opts.start, attacks, negatives, reference=False)
+        where = f"{settings.bootstrap_servers} and lake {settings.lake}"
+    print(summary(by_source, by_scenario, attacks, negatives, cut, n, time.monotonic() - started, opts.start, last_ts))
+    print(f"written to {where}")
+    return 0
+
