@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import signal
 import sys
 import time
 from collections import Counter
@@ -198,8 +199,15 @@ def summary(by_source: Counter, by_scenario: Counter, attacks: list, negatives: 
     return "\n".join(lines)
 
 
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     opts = options_from_args(args)
+    # SIGTERM (``nightjar demo`` stopping its children, ``docker stop``) ends the run like Ctrl-C: what was
+    # generated is flushed and its ground truth written.
+    signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     if args.out:
         out = Path(args.out)

@@ -1,7 +1,8 @@
-"""``nightjar demo``: the whole loop on one machine — broker, producer, pipeline, dashboard.
+"""``nightjar demo``: the whole loop on one machine — broker, generator, pipeline, dashboard.
 
-Starts the embedded broker (unless ``--bootstrap`` names a Kafka cluster), a producer of raw log lines,
-the streaming pipeline (``nightjar run``, a child process) and the dashboard (Streamlit, a child process);
+Starts the embedded broker (unless ``--bootstrap`` names a Kafka cluster), the generator (``nightjar generate
+--rate R``, a child process: benign traffic with labelled attacks, reference tables into the lake), the
+streaming pipeline (``nightjar run``, a child process) and the dashboard (Streamlit, a child process);
 prints the dashboard URL and the topics; prints a status line every few seconds; stops everything on
 Ctrl-C / SIGTERM or after ``--duration`` seconds. Every child runs in its own process group and is stopped
 (SIGTERM, then SIGKILL after a grace period) before the demo exits, so nothing is left behind.
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="port of the embedded broker (default 9092; a free one if that is taken)")
     parser.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)")
     parser.add_argument("--rate", type=float, default=200.0, help="raw log lines per second (default 200)")
+    parser.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
     parser.add_argument("--trigger", default="1s", help="pipeline micro-batch interval (default 1s)")
     parser.add_argument("--status-every", type=float, default=10.0, metavar="S", help="status line interval")
 
@@ -84,7 +86,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from dashboard.launcher import start_dashboard, wait_until_ready
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
-    from ingest.sample_producer import produce_samples
     from nightjar.lake import row_count
     from nightjar.pipeline import check_lake_writable, parse_interval
 
@@ -108,8 +109,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     broker = None
     children = _Children()
-    producer: threading.Thread | None = None
-    produced_error: list[BaseException] = []
     try:
         if settings.bootstrap is None:
             port = args.broker_port
@@ -128,14 +127,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         url = f"http://127.0.0.1:{dash_port}"
         wait_until_ready(url, timeout=60)
 
-        def produce() -> None:
-            try:
-                produce_samples(settings, count=None, rate=args.rate, stop=stop, report_every_s=1e9)
-            except BaseException as exc:  # reported by the main loop
-                produced_error.append(exc)
-
-        producer = threading.Thread(target=produce, name="producer", daemon=True)
-        producer.start()
+        # The generator writes the reference tables before its first event, so enrichment has them at once.
+        children.start("generator", [sys.executable, "-m", "nightjar.cli", "generate", *common, "--rate",
+                                     str(args.rate), "--seed", str(args.seed), "--quiet"], logs / "generator.log")
         print(f"Nightjar demo running. Dashboard: {url}", flush=True)
         print(f"Kafka: {settings.bootstrap_servers}; topics: {', '.join(ALL_TOPICS)}", flush=True)
         print(f"Lake: {settings.lake.resolve()} (logs in {logs.resolve()}). Ctrl-C stops everything.", flush=True)
@@ -152,8 +146,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             if failed:
                 name, code = failed
                 raise UserError(f"the {name} exited with code {code}; see {logs / (name + '.log')}")
-            if produced_error:
-                raise UserError(f"the producer failed: {produced_error[0]}")
             if time.monotonic() >= next_status:
                 next_status += args.status_every
                 bronze = row_count(settings.lake, TABLE_BRONZE) if (settings.lake / TABLE_BRONZE).exists() else 0
@@ -161,8 +153,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             stop.wait(0.5)
     finally:
         stop.set()
-        if producer is not None:
-            producer.join(10)
         children.stop_all()
         if broker is not None:
             broker.stop()

@@ -70,8 +70,11 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     assert url_checked, out
     assert f"127.0.0.1:{broker_port}" in out and "nightjar.raw.syslog" in out and "nightjar.alerts" in out
     assert "demo stopped" in out
-    assert len(seen_children) >= 3, "expected broker, pipeline and dashboard processes"
+    assert len(seen_children) >= 4, "expected broker, generator, pipeline and dashboard processes"
     survivors = [p for p in seen_children if _alive(p)]
     assert survivors == [], f"processes left behind: {survivors}"
     assert row_count(lake, "bronze") > 0
+    # The generator seeded the reference tables and, stopped by SIGTERM, wrote its ground truth.
+    assert row_count(lake, "assets") > 0 and row_count(lake, "networks") > 0
+    assert (lake / "ground_truth").exists()
     assert os.path.exists(lake / "_logs" / "pipeline.log")
