@@ -18,13 +18,15 @@ from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 from nightjar.config import (
     RAW_TOPICS,
     TABLE_BRONZE,
+    TABLE_EVENTS,
     TABLE_PIPELINE_PROGRESS,
+    TABLE_QUARANTINE,
     TOPIC_RAW_SYSLOG,
     TOPIC_RAW_ZEEK,
 )
 from nightjar.errors import DataLossError
 from nightjar.lake import row_count, table_dataset
-from nightjar.pipeline import Trigger, parse_interval, run_pipeline
+from nightjar.pipeline import QUERIES, Trigger, parse_interval, run_pipeline
 from tests.kafka_records import produce
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,8 +61,11 @@ def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, 
     assert set(bronze["partition"].to_pylist()) == {0, 1, 2, 3}
     assert pc.min(bronze["ingested_at"]).as_py() >= pc.max(bronze["timestamp"]).as_py()
     progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
-    assert {p["query_name"] for p in progress} == {"bronze"}
-    assert sum(p["num_input_rows"] for p in progress) == 4000
+    assert {p["query_name"] for p in progress} == set(QUERIES)
+    for query in QUERIES:  # each query reads both topics on its own
+        assert sum(p["num_input_rows"] for p in progress if p["query_name"] == query) == 4000, query
+    # Count in = events + quarantine.
+    assert row_count(settings.lake, TABLE_EVENTS) + row_count(settings.lake, TABLE_QUARANTINE) == 4000
     assert all(p["batch_duration_ms"] > 0 for p in progress if p["num_input_rows"])
     # A second drain with nothing new adds nothing.
     run_pipeline(settings, Trigger(available_now=True))
