@@ -7,12 +7,24 @@ and refreshes itself every few seconds, so a running pipeline's figures move wit
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
-from dashboard.queries import latest_progress, progress_history, table_overview
+from dashboard.queries import (
+    current_leases,
+    latest_progress,
+    lease_history,
+    mac_digits,
+    open_lease_count,
+    parse_ip,
+    progress_history,
+    table_overview,
+)
 from nightjar.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
+from nightjar.errors import UserError
 
 REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
 
@@ -56,4 +68,62 @@ def overview() -> None:
         st.line_chart(chart)
 
 
+
+# Input that can only have been meant as an IP address (digits and dots, or hex and colons but not a MAC).
+_IP_LIKE = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]*:[0-9a-fA-F:.]*$")
+
+
+def _holder_line(row) -> str:
+    host = row.hostname if isinstance(row.hostname, str) and row.hostname else "unknown host"
+    until = f", lease until {row.lease_end:%Y-%m-%d %H:%M:%S} UTC" if not pd.isna(row.lease_end) else ""
+    return (f"**{row.ip}** is held by **{host}** (`{row.mac}`) since "
+            f"{row.lease_start:%Y-%m-%d %H:%M:%S} UTC{until} · {row.state} · source {row.dataset}")
+
+
+@st.fragment(run_every=REFRESH_S)
+def dhcp_leases() -> None:
+    st.subheader("DHCP leases")
+    query = st.text_input("IP, MAC or hostname", key="dhcp_query",
+                          placeholder="10.0.0.5, 00-0C-29-AA-0B-01 or ws-01").strip()
+    if not lake.is_dir():
+        return
+    if not query:
+        st.metric("Open leases", f"{open_lease_count(lake):,}")
+        newest = current_leases(lake, limit=20)
+        if newest.empty:
+            st.info("No open DHCP leases recorded.")
+        else:
+            st.markdown("**Newest 20 open leases**")
+            st.dataframe(newest, hide_index=True, width="stretch", key="open_leases")
+        return
+    try:
+        ip = parse_ip(query)
+    except UserError as exc:
+        ip = None
+        if mac_digits(query) is None and _IP_LIKE.match(query):
+            st.error(str(exc))
+            return
+    if ip is None:  # a MAC address or a host name: the leases it holds now
+        held = current_leases(lake, mac_or_host=query)
+        st.markdown(f"**Open leases of {query}**")
+        if held.empty:
+            st.info(f"{query} holds no open lease.")
+        else:
+            st.dataframe(held, hide_index=True, width="stretch", key="leases_of_host")
+        return
+    st.markdown("**Who has this IP now**")
+    holders = current_leases(lake, ip=ip)
+    if holders.empty:
+        st.info(f"Nobody holds {ip} now.")
+    for row in holders.itertuples():
+        st.markdown(_holder_line(row))
+    st.markdown(f"**Lease history of {ip}**")
+    history = lease_history(lake, ip)
+    if history.empty:
+        st.info(f"No DHCP session recorded for {ip}.")
+    else:
+        st.dataframe(history, hide_index=True, width="stretch", key="lease_history")
+
+
 overview()
+dhcp_leases()

@@ -7,12 +7,15 @@ copes with a lake that is empty or still being written.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from nightjar.config import TABLE_PIPELINE_PROGRESS
+from nightjar.config import TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS
+from nightjar.errors import UserError
 from nightjar.lake import describe_tables, is_delta_table, table_dataset
 
 PROGRESS_COLUMNS = [
@@ -71,4 +74,120 @@ def progress_history(lake: Path, minutes: float = 15.0) -> pd.DataFrame:
         ORDER BY timestamp, query_name
         """,
         [minutes],
+    )
+
+
+# --- DHCP sessions: who has this IP now ------------------------------------------------------------------------
+
+LEASE_COLUMNS = [
+    "ip",
+    "mac",
+    "hostname",
+    "lease_start",
+    "lease_end",
+    "end_reason",
+    "state",
+    "updated_at",
+    "dataset",
+    "session_id",
+]
+
+# ``dhcp_sessions`` is an append-only log of state changes; a session's current state is its row with the
+# greatest ``updated_at``, and on a tie the later state in a session's life wins (closed > renewed > open).
+# ``hostname`` is the newest one the session ever reported: a renewal or close message often carries none.
+# ``ip`` and ``mac`` never change within a session (its id is derived from them), so filtering on ``ip``
+# before ranking is safe and lets DuckDB push the filter into the Arrow scan.
+_CURRENT_SESSIONS_SQL = """
+    SELECT * EXCLUDE (rn, known_hostname) REPLACE (coalesce(hostname, known_hostname) AS hostname)
+    FROM (
+        SELECT session_id, ip, mac, hostname, lease_start, lease_end, end_reason, state, updated_at, dataset,
+               row_number() OVER newest_first AS rn,
+               first_value(hostname IGNORE NULLS) OVER (
+                   newest_first ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS known_hostname
+        FROM dhcp
+        WHERE $ip IS NULL OR ip = $ip
+        WINDOW newest_first AS (
+            PARTITION BY session_id
+            ORDER BY updated_at DESC,
+                     CASE state WHEN 'closed' THEN 2 WHEN 'renewed' THEN 1 ELSE 0 END DESC)
+    )
+    WHERE rn = 1
+"""
+
+_MAC_SEPARATED = re.compile(r"^[0-9a-f]{1,2}([:-])(?:[0-9a-f]{1,2}\1){4}[0-9a-f]{1,2}$", re.IGNORECASE)
+_MAC_PLAIN = re.compile(r"^(?:[0-9a-f]{12}|[0-9a-f]{4}\.[0-9a-f]{4}\.[0-9a-f]{4})$", re.IGNORECASE)
+
+
+def parse_ip(value: str) -> str:
+    """``value`` as a canonical IP address string; :class:`UserError` with a readable message if it is not one."""
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise UserError(f"{value!r} is not an IP address (expected e.g. 10.0.0.5 or fe80::1)") from None
+
+
+def mac_digits(value: str) -> str | None:
+    """The 12 upper-case hex digits of a MAC address in any common spelling, or None if ``value`` is not one."""
+    text = value.strip()
+    if _MAC_SEPARATED.match(text):
+        return "".join(octet.zfill(2) for octet in re.split("[:-]", text)).upper()
+    if _MAC_PLAIN.match(text):
+        return text.replace(".", "").upper()
+    return None
+
+
+def _leases(lake: Path, sql: str, params: dict) -> pd.DataFrame:
+    if not is_delta_table(lake / TABLE_DHCP_SESSIONS):
+        return pd.DataFrame(columns=LEASE_COLUMNS)
+    dhcp = table_dataset(lake, TABLE_DHCP_SESSIONS)  # noqa: F841 - referenced by name in the SQL
+    with duckdb.connect() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        return con.execute(sql, params).df()
+
+
+def current_leases(lake: Path, ip: str | None = None, mac_or_host: str | None = None,
+                   limit: int | None = None) -> pd.DataFrame:
+    """Sessions whose current state is not ``closed`` (who holds which IP now), newest lease first.
+
+    ``ip`` keeps the sessions of that address; ``mac_or_host`` keeps those of a MAC address (any common
+    spelling) or of a host name (case-insensitive; ``ws-01`` also matches ``ws-01.corp.example``).
+    """
+    params: dict = {"ip": parse_ip(ip) if ip is not None else None, "mac": None, "host": None}
+    if mac_or_host is not None and mac_or_host.strip():
+        params["mac"] = mac_digits(mac_or_host)
+        if params["mac"] is None:
+            params["host"] = mac_or_host.strip().lower().rstrip(".")
+    cols = ", ".join(LEASE_COLUMNS)
+    sql = f"""
+        SELECT {cols} FROM ({_CURRENT_SESSIONS_SQL})
+        WHERE state <> 'closed'
+          AND ($mac IS NULL OR upper(regexp_replace(mac, '[^0-9A-Fa-f]', '', 'g')) = $mac)
+          AND ($host IS NULL OR lower(hostname) = $host OR starts_with(lower(hostname), $host || '.'))
+        ORDER BY lease_start DESC NULLS LAST, updated_at DESC, session_id
+    """
+    if limit is not None:
+        sql += " LIMIT $limit"
+        params["limit"] = int(limit)
+    return _leases(lake, sql, params)
+
+
+def open_lease_count(lake: Path) -> int:
+    """How many sessions are open now (current state not ``closed``)."""
+    counted = _leases(lake, f"SELECT count(*) AS n FROM ({_CURRENT_SESSIONS_SQL}) WHERE state <> 'closed'",
+                      {"ip": None})
+    return int(counted["n"].iloc[0]) if "n" in counted and len(counted) else 0
+
+
+def lease_history(lake: Path, ip: str, limit: int = 50) -> pd.DataFrame:
+    """Every session the IP ``ip`` has had, each in its current state, newest lease first (at most ``limit``)."""
+    cols = ", ".join(LEASE_COLUMNS)
+    return _leases(
+        lake,
+        f"""
+        SELECT {cols} FROM ({_CURRENT_SESSIONS_SQL})
+        ORDER BY lease_start DESC NULLS LAST, updated_at DESC, session_id
+        LIMIT $limit
+        """,
+        {"ip": parse_ip(ip), "limit": int(limit)},
     )

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from dashboard.queries import latest_progress, progress_history, table_overview
-from nightjar.config import TABLE_BRONZE, TABLE_PIPELINE_PROGRESS, Settings
+from dashboard.queries import (
+    LEASE_COLUMNS,
+    current_leases,
+    latest_progress,
+    lease_history,
+    open_lease_count,
+    progress_history,
+    table_overview,
+)
+from nightjar.config import TABLE_BRONZE, TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS, Settings
+from nightjar.errors import UserError
 from nightjar.progress_recorder import PROGRESS_SCHEMA
 
 T0 = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
@@ -68,6 +79,99 @@ def test_progress_history_keeps_the_recent_window(filled_lake: Path) -> None:
     history = progress_history(filled_lake, minutes=15)
     assert sorted(zip(history["query_name"], history["batch_id"], strict=True)) == [
         ("bronze", 1), ("bronze", 2), ("events", 1)]
+
+
+# --- DHCP sessions ---------------------------------------------------------------------------------------------
+
+MOVED_IP = "10.20.0.50"
+MAC_A, HOST_A = "00-0C-29-AA-0B-01", "ws-alpha"
+MAC_B, HOST_B = "00-0C-29-BB-0C-02", "laptop-bravo"
+MAC_C, MAC_D = "00-0C-29-CC-0D-03", "00-0C-29-DD-0E-04"
+DHCP_SCHEMA = pa.schema([
+    ("session_id", pa.string()), ("ip", pa.string()), ("mac", pa.string()), ("hostname", pa.string()),
+    ("lease_start", pa.timestamp("us", "UTC")), ("lease_end", pa.timestamp("us", "UTC")),
+    ("end_reason", pa.string()), ("state", pa.string()), ("updated_at", pa.timestamp("us", "UTC")),
+    ("dataset", pa.string()),
+])
+
+
+def _at(hh: int, mm: int) -> dt.datetime:
+    return dt.datetime(2026, 11, 22, hh, mm, tzinfo=dt.UTC)
+
+
+def _sessions(lake: Path, rows: list[tuple]) -> None:
+    table = pa.Table.from_pylist([dict(zip(DHCP_SCHEMA.names, r, strict=True)) for r in rows], schema=DHCP_SCHEMA)
+    write_deltalake(str(lake / TABLE_DHCP_SESSIONS), table, mode="append")
+
+
+@pytest.fixture
+def dhcp_lake(lake: Path) -> Path:
+    """MOVED_IP went from host A (open 10:00, renewed 10:10, closed ``reassigned`` 10:35) to host B (open
+    10:35); another IP was released (its renewal and release share one log time: closed must win the tie);
+    a third IP is still held. Appended in several commits, rows out of time order, as a stream writes them."""
+    _sessions(lake, [
+        ("sA", MOVED_IP, MAC_A, HOST_A, _at(10, 0), _at(11, 0), None, "open", _at(10, 0), "dhcpd"),
+        ("sC", "10.20.0.60", MAC_C, "printer-c", _at(9, 0), _at(10, 0), "release", "closed", _at(9, 20), "dhcpd"),
+        ("sC", "10.20.0.60", MAC_C, "printer-c", _at(9, 0), _at(10, 0), None, "open", _at(9, 0), "dhcpd"),
+    ])
+    _sessions(lake, [
+        ("sC", "10.20.0.60", MAC_C, "printer-c", _at(9, 0), _at(10, 20), None, "renewed", _at(9, 20), "dhcpd"),
+        # the renewal message carried no host name: the session keeps the one it had
+        ("sA", MOVED_IP, MAC_A, None, _at(10, 0), _at(11, 10), None, "renewed", _at(10, 10), "dhcpd"),
+        ("sD", "10.20.0.70", MAC_D, "nas-d", _at(10, 20), _at(11, 20), None, "open", _at(10, 20), "zeek.dhcp"),
+    ])
+    _sessions(lake, [
+        ("sB", MOVED_IP, MAC_B, HOST_B, _at(10, 35), _at(11, 35), None, "open", _at(10, 35), "zeek.dhcp"),
+        ("sA", MOVED_IP, MAC_A, None, _at(10, 0), _at(10, 35), "reassigned", "closed", _at(10, 35), "zeek.dhcp"),
+    ])
+    return lake
+
+
+def test_current_holder_of_a_reassigned_ip_is_the_new_host(dhcp_lake: Path) -> None:
+    now = current_leases(dhcp_lake, ip=MOVED_IP)
+    assert now[["mac", "hostname", "state"]].values.tolist() == [[MAC_B, HOST_B, "open"]]
+    assert now["lease_start"].tolist() == [pd.Timestamp(_at(10, 35))]
+
+
+def test_lease_history_has_both_sessions_newest_first(dhcp_lake: Path) -> None:
+    history = lease_history(dhcp_lake, MOVED_IP)
+    assert list(history.columns) == LEASE_COLUMNS
+    assert history[["mac", "hostname", "state", "end_reason"]].values.tolist() == [
+        [MAC_B, HOST_B, "open", None], [MAC_A, HOST_A, "closed", "reassigned"]]
+    assert history["lease_end"].tolist() == [pd.Timestamp(_at(11, 35)), pd.Timestamp(_at(10, 35))]
+    assert lease_history(dhcp_lake, MOVED_IP, limit=1)["mac"].tolist() == [MAC_B]
+    released = lease_history(dhcp_lake, " 10.20.0.60 ")
+    assert released[["state", "end_reason"]].values.tolist() == [["closed", "release"]]
+
+
+def test_closed_sessions_are_not_current_leases(dhcp_lake: Path) -> None:
+    everyone = current_leases(dhcp_lake)
+    assert everyone["mac"].tolist() == [MAC_B, MAC_D]  # newest lease first; A reassigned, C released
+    assert open_lease_count(dhcp_lake) == 2
+    assert current_leases(dhcp_lake, ip="10.20.0.60").empty
+    assert current_leases(dhcp_lake, limit=1)["mac"].tolist() == [MAC_B]
+
+
+def test_current_leases_by_mac_or_host_name(dhcp_lake: Path) -> None:
+    assert current_leases(dhcp_lake, mac_or_host="00:0c:29:bb:0c:02")["ip"].tolist() == [MOVED_IP]
+    assert current_leases(dhcp_lake, mac_or_host="000c.29dd.0e04")["hostname"].tolist() == ["nas-d"]
+    assert current_leases(dhcp_lake, mac_or_host="LAPTOP-BRAVO")["mac"].tolist() == [MAC_B]
+    assert current_leases(dhcp_lake, mac_or_host=HOST_A).empty  # A's only session is closed
+
+
+def test_dhcp_queries_without_the_table(lake: Path) -> None:
+    for result in (current_leases(lake), current_leases(lake, ip=MOVED_IP), lease_history(lake, MOVED_IP)):
+        assert result.empty
+        assert list(result.columns) == LEASE_COLUMNS
+    assert open_lease_count(lake) == 0
+
+
+@pytest.mark.parametrize("bad", ["10.20.0.999", "10.20.0.50' OR '1'='1", "", "ws-alpha"])
+def test_a_bad_ip_is_refused_with_a_clear_message(dhcp_lake: Path, bad: str) -> None:
+    with pytest.raises(UserError, match="is not an IP address"):
+        lease_history(dhcp_lake, bad)
+    with pytest.raises(UserError, match="is not an IP address"):
+        current_leases(dhcp_lake, ip=bad)
 
 
 def test_queries_on_an_empty_lake(lake: Path) -> None:
@@ -142,9 +246,56 @@ def test_dashboard_page_shows_tables_and_progress_and_refreshes(filled_lake: Pat
 def _wait_for_text_cells(driver, predicate, timeout: float = 60.0) -> list[str]:
     deadline = time.monotonic() + timeout
     cells: list[str] = []
+    from selenium.common.exceptions import StaleElementReferenceException
+
     while time.monotonic() < deadline:
-        cells = [c.strip() for c in _table_cells(driver)]
+        try:
+            cells = [c.strip() for c in _table_cells(driver)]
+        except StaleElementReferenceException:  # a rerun replaced the grid while it was being read
+            time.sleep(0.2)
+            continue
         if predicate(cells):
             return cells
         time.sleep(0.5)
     raise AssertionError(f"table cells never matched; last cells: {cells[:60]}")
+
+
+def test_dashboard_page_answers_who_has_this_ip_now(dhcp_lake: Path, tmp_path: Path) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
+    from ingest.embedded_broker import free_port
+
+    port = free_port()
+    proc = start_dashboard(Settings(lake=dhcp_lake), port, log_file=tmp_path / "dashboard.log")
+    driver = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url, timeout=90, proc=proc)
+        driver = _chrome()
+        driver.get(url)
+        # Without input: the open-lease count and the newest open leases (B and D, not A nor the released C).
+        text = _wait_for_text(driver, lambda t: "Newest 20 open leases" in t and re.search(r"Open leases\n\d", t))
+        assert re.search(r"Open leases\n(\d+)", text).group(1) == "2"
+        cells = _wait_for_text_cells(driver, lambda cs: HOST_B in cs and "nas-d" in cs)
+        assert HOST_A not in cells and "printer-c" not in cells
+
+        box = driver.find_element("css selector", "input[aria-label='IP, MAC or hostname']")
+        box.send_keys(MOVED_IP, Keys.ENTER)
+        cells = _wait_for_text_cells(driver, lambda cs: HOST_A in cs)  # the history table, the section's end
+        assert "reassigned" in cells and MAC_A in cells and HOST_B in cells
+        assert "nas-d" not in cells  # the open-lease list gave way to this IP's history
+
+        def who_has(page: str) -> str:
+            return page.split("Who has this IP now", 1)[-1].split(f"Lease history of {MOVED_IP}", 1)[0]
+
+        # Streamlit draws elements as they arrive: wait until the answer itself is on the page, not just headings.
+        text = _wait_for_text(driver, lambda t: "Who has this IP now" in t and "is held by" in who_has(t))
+        now = who_has(text)
+        assert HOST_B in now and MAC_B in now
+        assert HOST_A not in now and MAC_A not in now
+    finally:
+        if driver is not None:
+            driver.quit()
+        stop_dashboard(proc)
+    assert proc.poll() is not None
