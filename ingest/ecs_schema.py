@@ -64,6 +64,9 @@ ECS_FIELDS: dict[str, str] = {
     "log.syslog.structured_data": "map<string, map<string, string>>",
     "host.name": "string",
     "host.hostname": "string",
+    # Filled by enrichment (enrich.dhcp_sessions) for events with no reporting host: the DHCP lease holder.
+    "host.mac": "string",
+    "host.ip": "array<string>",
     "process.name": "string",
     "process.pid": "bigint",
     # network endpoints: sshd, dhcpd, zeek

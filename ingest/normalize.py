@@ -40,6 +40,7 @@ FORMATS = ("auto", "syslog", "zeek")
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "ingested_at")
 QUARANTINE_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "parser", "error")
 ERROR_COLUMN = "_error"
+EVENT_TIME_COLUMN = "_event_time"
 PARSER_DECODE = "decode"
 # A record header naming the file a line came from (set by ingest.file_source): part of event.id, so that
 # line 7 of two different files gets two ids.
@@ -228,7 +229,16 @@ def _pivots(values: dict[str, Column]) -> Fields:
     }
 
 
-_DELAY = re.compile(r"^\s*[0-9]+\s+(?:second|minute|hour|day)s?\s*$")
+_DELAY = re.compile(r"^\s*([0-9]+)\s+(second|minute|hour|day)s?\s*$")
+_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def interval_seconds(delay: str) -> float:
+    """``"10 minutes"`` -> 600.0 (the spellings :func:`deduplicate` accepts)."""
+    m = _DELAY.match(delay)
+    if not m:
+        raise ValueError(f"delay must look like '10 minutes' (seconds/minutes/hours/days), not {delay!r}")
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
 def deduplicate(parsed: DataFrame, delay: str = DEFAULT_DEDUP_DELAY) -> DataFrame:
@@ -240,6 +250,9 @@ def deduplicate(parsed: DataFrame, delay: str = DEFAULT_DEDUP_DELAY) -> DataFram
     with a clock in the year 2099 would push the watermark ahead and drop everything after it. Clamped, no
     row is ever behind the watermark (count in = events + quarantine + duplicates, always), replays of the
     same Kafka records (same ids) are dropped, and the state holds at most ``delay`` worth of ids.
+
+    The watermarked column ``_event_time`` (:data:`EVENT_TIME_COLUMN`) stays in the output: a stateful operator
+    downstream (``enrich.dhcp_sessions``) needs it to see the watermark; ``to_events`` / ``to_quarantine`` drop it.
     """
     if not _DELAY.match(delay):
         raise ValueError(f"delay must look like '10 minutes' (seconds/minutes/hours/days), not {delay!r}")
@@ -253,7 +266,7 @@ def deduplicate(parsed: DataFrame, delay: str = DEFAULT_DEDUP_DELAY) -> DataFram
              .withColumn("_dedup_id", F.col("event.id")))
     return (keyed.withWatermark("_event_time", delay.strip())
             .dropDuplicatesWithinWatermark(["_dedup_id"])
-            .drop("_event_time", "_dedup_id"))
+            .drop("_dedup_id"))
 
 
 def to_events(parsed: DataFrame) -> DataFrame:
