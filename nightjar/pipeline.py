@@ -36,7 +36,9 @@ from pyspark.sql.streaming import StreamingQuery
 from nightjar.config import (
     RAW_TOPICS,
     TABLE_BRONZE,
+    TABLE_DHCP_SESSIONS,
     TABLE_EVENTS,
+    TABLE_NETWORKS,
     TABLE_PIPELINE_PROGRESS,
     TABLE_QUARANTINE,
     Settings,
@@ -118,32 +120,58 @@ def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
 
 
 def start_events(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
-    """Raw records -> ECS ``events`` and ``quarantine``, both written from the same micro-batch.
+    """Raw records -> ECS ``events`` (parsed, deduplicated, attributed to DHCP lease holders, named by DNS,
+    enriched with the reference tables), ``quarantine`` and ``dhcp_sessions``, all from the same micro-batch.
 
-    Each table commits with its own app id and the batch id, so a crash between the two commits replays the
-    batch and writes only the table that missed it: count in = events + quarantine, always.
+    Each table commits with its own app id and the batch id, so a crash between commits replays the batch and
+    writes only the tables that missed it: count in = events + quarantine (+ events still waiting for their
+    lease in the operator's state), always. Reference tables are re-read when their Delta version changes, so
+    an indicator added to ``iocs`` is matched from the next micro-batch on.
     """
+    from enrich.dhcp_sessions import (
+        attribute_stream,
+        dhcp_networks_from_lake,
+        events_from,
+        quarantine_from,
+        sessions_from,
+    )
     from ingest.delta_sink import write_batch
-    from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
+    from ingest.normalize import deduplicate, interval_seconds, parse_records
 
     events_path = settings.table_path(TABLE_EVENTS)
     quarantine_path = settings.table_path(TABLE_QUARANTINE)
+    sessions_path = settings.table_path(TABLE_DHCP_SESSIONS)
+    enrich = _static_enrichment(spark, settings)
 
     def write(df: DataFrame, batch_id: int) -> None:
-        df.persist()  # read Kafka and parse once for both tables
+        df.persist()  # read Kafka, parse and run the stateful operator once for the three tables
         try:
-            write_batch(to_events(df), events_path, f"nightjar.{QUERY_EVENTS}.{TABLE_EVENTS}", batch_id)
-            write_batch(to_quarantine(df), quarantine_path, f"nightjar.{QUERY_EVENTS}.{TABLE_QUARANTINE}", batch_id)
+            write_batch(enrich(events_from(df)), events_path, f"nightjar.{QUERY_EVENTS}.{TABLE_EVENTS}", batch_id)
+            write_batch(quarantine_from(df), quarantine_path, f"nightjar.{QUERY_EVENTS}.{TABLE_QUARANTINE}",
+                        batch_id)
+            write_batch(sessions_from(df), sessions_path, f"nightjar.{QUERY_EVENTS}.{TABLE_DHCP_SESSIONS}",
+                        batch_id)
         finally:
             df.unpersist()
 
-    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings))))
+    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings))), settings.dedup_delay)
+    unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)),
+                               watermark_delay_s=interval_seconds(settings.dedup_delay))
     writer = (
-        parsed.writeStream.queryName(QUERY_EVENTS)
+        unified.writeStream.queryName(QUERY_EVENTS)
         .foreachBatch(write)
         .option("checkpointLocation", str(settings.checkpoint(QUERY_EVENTS)))
     )
     return trigger.apply(writer).start()
+
+
+def _static_enrichment(spark: SparkSession, settings: Settings) -> Callable[[DataFrame], DataFrame]:
+    """The stream-static joins with the reference tables, current as of each micro-batch."""
+    from enrich.reference_data import ReferenceCache
+    from enrich.static_joins import enrich_static
+
+    cache = ReferenceCache(spark, settings.lake)
+    return lambda events: enrich_static(events, cache.current())
 
 
 QUERIES: dict[str, Callable[[SparkSession, Settings, Trigger], StreamingQuery]] = {

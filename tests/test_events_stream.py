@@ -42,8 +42,11 @@ def own_broker():
 
 
 def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
+    from enrich.dhcp_sessions import attribute_batch, events_from, quarantine_from
+    from enrich.reference_data import ReferenceCache
+    from enrich.static_joins import enrich_static
     from ingest.file_source import read_files
-    from ingest.normalize import parse_records, to_events, to_quarantine
+    from ingest.normalize import parse_records
     from nightjar import cli
 
     lake = tmp_path / "lake"
@@ -69,12 +72,13 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
 
     stream_events = table_dataset(lake, TABLE_EVENTS).to_table().to_pylist()
     stream_bad = table_dataset(lake, TABLE_QUARANTINE).to_table().to_pylist()
-    parsed = parse_records(read_files(spark, [syslog_file, zeek_file])).cache()
+    # The batch path: the same parse, attribution and reference-table joins as the stream.
+    unified = attribute_batch(parse_records(read_files(spark, [syslog_file, zeek_file])), []).cache()
     try:
-        batch_events = to_events(parsed).toArrow().to_pylist()
-        batch_bad = to_quarantine(parsed).toArrow().to_pylist()
+        batch_events = enrich_static(events_from(unified), ReferenceCache(spark, lake).current()).toArrow().to_pylist()
+        batch_bad = quarantine_from(unified).toArrow().to_pylist()
     finally:
-        parsed.unpersist()
+        unified.unpersist()
 
     # Count in = events + quarantine, on both paths.
     assert len(stream_events) + len(stream_bad) == len(RAW) == len(batch_events) + len(batch_bad)
