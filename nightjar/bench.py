@@ -15,6 +15,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "ingest": ("ingest.bench_ingest", "broker raw consume rate vs pipeline bronze ingest rate"),
     "parse": ("ingest.bench_parse", "parse-stage events/s, batch and streaming"),
     "generate": ("generator.bench", "generator events/s to Kafka and to files"),
+    "enrich": ("enrich.bench_enrich", "a simulated hour through the events query: state per operator, attribution"),
 }
 
 
