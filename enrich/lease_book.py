@@ -226,6 +226,15 @@ class LeaseBook:
         return out
 
 
+_RANK = {ACK: 0, RELEASE: 1}
+
+
+def _order(r: dict[str, Any]) -> tuple:
+    """Time, then ACK before RELEASE, then the raw line: messages with the same timestamp are applied in an order
+    that depends on their content only, never on Kafka or file coordinates (the stream/batch parity needs it)."""
+    return r["ts"], _RANK.get(r.get("dhcp"), 2), r.get("original") or "", r["event_id"]
+
+
 def process(book: LeaseBook, rows: list[dict[str, Any]], limits: Limits, flush: bool) -> tuple[list, list]:
     """Apply one key's new ``rows`` (sorted or not) to ``book``.
 
@@ -235,7 +244,7 @@ def process(book: LeaseBook, rows: list[dict[str, Any]], limits: Limits, flush: 
     Returns (events out: the row plus ``host_name``, ``host_mac``, ``host_ip``, ``dest_domain``, ``session_id``;
     session rows). With ``flush`` every waiting event is released, attributed or not.
     """
-    rows = sorted(rows, key=lambda r: (r["ts"], r["event_id"]))
+    rows = sorted(rows, key=_order)
     sessions: list[dict[str, Any]] = []
     for r in rows:
         book.max_ts = max(book.max_ts, r["ts"])
@@ -247,7 +256,7 @@ def process(book: LeaseBook, rows: list[dict[str, Any]], limits: Limits, flush: 
             book.add_answers(r["ts"], r["dns_domain"], list(r["dns_ips"]))
     events: list[dict[str, Any]] = []
     pending, book.waiting = book.waiting + rows, []
-    for r in sorted(pending, key=lambda r: (r["ts"], r["event_id"])):
+    for r in sorted(pending, key=_order):
         s = book.holder(r["ts"], limits)
         if s is None and r.get("needs_host") and not flush and r["ts"] > book.max_ts - limits.wait_s:
             book.waiting.append(r)
