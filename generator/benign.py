@@ -70,6 +70,9 @@ class Network:
                     continue
                 self.ip_of[h.name] = ip
                 acquired = start - rng.uniform(0, LEASE_TIME / 2)
+                # Log the grant of the lease the host holds when the run starts (stamped before --start), so
+                # its traffic from the first minute on can be attributed to it, as in a log that began earlier.
+                self._request_ack(acquired, h, ip)
                 self._timer(acquired + LEASE_TIME / 2, h.name, "renew")
                 if h.laptop:
                     self._timer(self._next_leave(h, start), h.name, "leave")
@@ -131,6 +134,19 @@ class Network:
     def gateway(self, network: str) -> str:
         return self.org.gateways[network]
 
+    def _request_ack(self, t: float, h: Host, ip: str) -> None:
+        """A renewal (or the grant of a lease held at the start): REQUEST -> ACK, dhcpd syslog + Zeek dhcp."""
+        em, rng = self.em, self.rng
+        server = self.org.host_by_name[DHCP_SERVER_NAME]
+        via = self.gateway(h.network)
+        em.syslog(t, server, "dhcpd", self.dhcpd_pid, f"DHCPREQUEST for {ip} from {h.mac} ({h.name}) via {via}",
+                  fmt.PRI_DAEMON_INFO)
+        t1 = t + rng.uniform(0.001, 0.02)
+        em.syslog(t1, server, "dhcpd", self.dhcpd_pid, f"DHCPACK on {ip} to {h.mac} ({h.name}) via {via}",
+                  fmt.PRI_DAEMON_INFO)
+        em.zeek(t, ip, fmt.dhcp(t, [fmt.zeek_uid(rng)], ip, DHCP_SERVER_IP, h.mac, h.name, ["REQUEST", "ACK"],
+                                assigned_addr=ip, lease_time=LEASE_TIME, duration=t1 - t), "dhcp")
+
     def dora(self, t: float, h: Host | None, network: str, mac: str, hostname: str | None) -> str | None:
         """DISCOVER -> OFFER -> REQUEST -> ACK for ``mac`` (dhcpd syslog + one Zeek dhcp record)."""
         em, rng = self.em, self.rng
@@ -175,14 +191,7 @@ class Network:
                 ip = self.ip_of.get(name)
                 if ip is None:
                     continue
-                via = self.gateway(h.network)
-                em.syslog(t, server, "dhcpd", self.dhcpd_pid, f"DHCPREQUEST for {ip} from {h.mac} ({h.name}) via {via}",
-                          fmt.PRI_DAEMON_INFO)
-                t1 = t + rng.uniform(0.001, 0.02)
-                em.syslog(t1, server, "dhcpd", self.dhcpd_pid, f"DHCPACK on {ip} to {h.mac} ({h.name}) via {via}",
-                          fmt.PRI_DAEMON_INFO)
-                em.zeek(t, ip, fmt.dhcp(t, [fmt.zeek_uid(rng)], ip, DHCP_SERVER_IP, h.mac, h.name, ["REQUEST", "ACK"],
-                                        assigned_addr=ip, lease_time=LEASE_TIME, duration=t1 - t), "dhcp")
+                self._request_ack(t, h, ip)
                 self._timer(t + LEASE_TIME / 2, name, "renew")
             elif action == "leave":
                 ip = self.ip_of.get(name)
