@@ -51,6 +51,8 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
 
 def register_data_sources(spark: SparkSession) -> None:
     """Register Nightjar's Python data sources (Kafka) with ``spark``."""
+    from ingest.delta_source import DeltaDataSource
     from ingest.kafka_source import KafkaDataSource
 
     spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(DeltaDataSource)

@@ -1,0 +1,318 @@
+"""The nightjar_delta streaming source against real Delta tables (delta-rs) and a real Spark session."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import Row
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ingest.delta_sink import write_batch
+from ingest.delta_source import DataFile, DeltaSourceOptions, _pack, _parse_partition_value
+
+NARROW = pa.schema([("id", pa.int64()), ("name", pa.string())])
+
+
+def _append(path: Path, first: int, count: int, **kwargs) -> None:
+    """One commit of rows ``first .. first+count-1`` (one file unless ``partition_by`` splits it)."""
+    ids = list(range(first, first + count))
+    write_deltalake(str(path), pa.table({"id": ids, "name": [f"n{i}" for i in ids]}, schema=NARROW),
+                    mode="append", **kwargs)
+
+
+def _stream(spark, path: Path, schema: StructType | None = None, **options):
+    reader = spark.readStream.format("nightjar_delta").option("path", str(path))
+    if schema is not None:
+        reader = reader.schema(schema)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def _drain(df, checkpoint: Path) -> tuple[list[Row], list[int]]:
+    """Run ``df`` with availableNow through foreachBatch; return (all rows, row count of each non-empty batch)."""
+    batches: list[list[Row]] = []
+    query = (df.writeStream.foreachBatch(lambda batch, _id: batches.append(batch.collect()))
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert not query.isActive, "availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    return [row for batch in batches for row in batch], [len(b) for b in batches if b]
+
+
+def _failure(df, checkpoint: Path) -> str:
+    """Run ``df`` expecting the query to fail; return the error text."""
+    query = (df.writeStream.foreachBatch(lambda batch, _id: batch.count())
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    with pytest.raises(Exception) as caught:  # noqa: B017 - StreamingQueryException wraps the Python error
+        query.awaitTermination(180)
+    return str(caught.value)
+
+
+def _ids(rows: list[Row]) -> list[int]:
+    return sorted(r.id for r in rows)
+
+
+def test_reads_every_commit_once_and_a_restart_reads_only_new_commits(spark, tmp_path):
+    table, checkpoint = tmp_path / "t", tmp_path / "cp"
+    for i in range(3):
+        _append(table, i * 100, 100)
+    rows, _ = _drain(_stream(spark, table), checkpoint)
+    assert _ids(rows) == list(range(300))
+    assert {r.name for r in rows} == {f"n{i}" for i in range(300)}
+
+    _append(table, 300, 50)
+    _append(table, 350, 50)
+    rows, batches = _drain(_stream(spark, table), checkpoint)
+    assert _ids(rows) == list(range(300, 400))
+    rows, batches = _drain(_stream(spark, table), checkpoint)  # nothing new: no rows at all
+    assert rows == [] and batches == []
+
+
+def test_a_batch_that_failed_is_replayed_with_exactly_its_files(spark, tmp_path):
+    """Spark logs a batch's (start, end) before running it: after a crash the same files come again, even
+    though more commits have arrived since, and nothing is delivered twice once the batch succeeds."""
+    table, checkpoint = tmp_path / "t", tmp_path / "cp"
+    for i in range(3):
+        _append(table, i * 10, 10)
+    delivered: dict[int, list[int]] = {}
+
+    def fail_on_batch_1(batch, batch_id):
+        ids = sorted(r.id for r in batch.collect())
+        if batch_id == 1:
+            raise RuntimeError(f"crash in batch 1 holding {ids}")
+        delivered.setdefault(batch_id, ids)
+
+    query = (_stream(spark, table, maxFilesPerTrigger=1, startingVersion=0).writeStream
+             .foreachBatch(fail_on_batch_1).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="crash in batch 1"):  # noqa: B017
+        query.awaitTermination(180)
+    assert delivered == {0: list(range(10))}
+    _append(table, 30, 10)  # arrives between the crash and the restart
+
+    # A bigger limit now: a re-planned batch 1 would hold versions 1-3, the replayed one holds version 1 only.
+    query = (_stream(spark, table, maxFilesPerTrigger=100, startingVersion=0).writeStream
+             .foreachBatch(lambda batch, batch_id: delivered.setdefault(batch_id, sorted(r.id for r in batch.collect())))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert delivered == {0: list(range(10)), 1: list(range(10, 20)), 2: list(range(20, 40))}
+
+
+def test_starting_version_latest_and_number(spark, tmp_path):
+    table = tmp_path / "t"
+    for i in range(3):  # versions 0, 1, 2
+        _append(table, i * 10, 10)
+    rows, _ = _drain(_stream(spark, table, startingVersion="latest"), tmp_path / "cp-latest")
+    assert rows == []
+    _append(table, 30, 10)  # version 3: after the "latest" query started
+    rows, _ = _drain(_stream(spark, table, startingVersion="latest"), tmp_path / "cp-latest")
+    assert _ids(rows) == list(range(30, 40))
+
+    rows, _ = _drain(_stream(spark, table, startingVersion=1), tmp_path / "cp-1")
+    assert _ids(rows) == list(range(10, 40))
+    message = _failure(_stream(spark, table, startingVersion=9), tmp_path / "cp-9")
+    assert "startingVersion=9 is past the latest version (3)" in message
+
+
+def test_max_files_per_trigger_splits_a_commit_and_a_snapshot_without_loss(spark, tmp_path):
+    table = tmp_path / "t"
+    # Version 0: five files of 10 rows (one per partition value); versions 1 and 2: one file each.
+    ids = list(range(50))
+    write_deltalake(str(table), pa.table({"id": ids, "name": [f"n{i}" for i in ids], "p": [i // 10 for i in ids]}),
+                    partition_by=["p"])
+    write_deltalake(str(table), pa.table({"id": list(range(50, 60)), "name": ["x"] * 10, "p": [0] * 10}),
+                    mode="append")
+    write_deltalake(str(table), pa.table({"id": list(range(60, 70)), "name": ["y"] * 10, "p": [1] * 10}),
+                    mode="append")
+    # From version 0: the commits' files in log order, two per batch, a batch may span two versions.
+    rows, batches = _drain(_stream(spark, table, startingVersion=0, maxFilesPerTrigger=2), tmp_path / "cp-log")
+    assert _ids(rows) == list(range(70))
+    assert batches == [20, 20, 20, 10]
+    # earliest: the 7 files of the current snapshot, two per batch.
+    rows, batches = _drain(_stream(spark, table, maxFilesPerTrigger=2), tmp_path / "cp-snapshot")
+    assert _ids(rows) == list(range(70))
+    assert batches == [20, 20, 20, 10]
+    rows, batches = _drain(_stream(spark, table, maxBytesPerTrigger=1), tmp_path / "cp-bytes")  # >= 1 file each
+    assert _ids(rows) == list(range(70)) and len(batches) == 7
+
+
+ECS_V1 = StructType([
+    StructField("@timestamp", TimestampType()),
+    StructField("event", StructType([StructField("dataset", StringType()), StructField("original", StringType())])),
+    StructField("source", StructType([StructField("ip", StringType())])),
+    StructField("tags", ArrayType(StringType())),
+    StructField("labels", MapType(StringType(), StringType())),
+    StructField("related", StructType([StructField("hosts", ArrayType(
+        StructType([StructField("name", StringType()), StructField("seen", TimestampType())])))])),
+])
+# Version 2 of the schema adds a nested field and a top-level column (as delta_sink's schema evolution does).
+ECS_V2 = StructType([
+    ECS_V1["@timestamp"], ECS_V1["event"],
+    StructField("source", StructType([StructField("ip", StringType()), StructField("port", IntegerType())])),
+    ECS_V1["tags"], ECS_V1["labels"], ECS_V1["related"],
+    StructField("seq", LongType()),
+])
+
+
+def _ecs_rows(first: int, count: int, v2: bool) -> list[tuple]:
+    base = dt.datetime(2024, 3, 10, 12, 0, 0, 123456)
+    out = []
+    for i in range(first, first + count):
+        ts = base + dt.timedelta(seconds=i, microseconds=i)
+        source = (f"10.0.0.{i % 250}", 1000 + i) if v2 else (f"10.0.0.{i % 250}",)
+        row = (ts, ("system.auth", f"line {i} \u00e9"), source, [f"t{i}", "ssh"] if i % 3 else [],
+               {"k": str(i)} if i % 2 else None,
+               ([(f"h{i}", ts), (None, None)],) if i % 4 else None)
+        out.append((*row, i) if v2 else row)
+    return out
+
+
+def test_nested_structs_arrays_maps_and_timestamps_round_trip_across_schema_evolution(spark, tmp_path):
+    table = tmp_path / "events"
+    old = spark.createDataFrame(_ecs_rows(0, 40, v2=False), ECS_V1)
+    new = spark.createDataFrame(_ecs_rows(40, 40, v2=True), ECS_V2)
+    assert write_batch(old, table, "test.ecs", 0) == 40
+    assert write_batch(new, table, "test.ecs", 1) == 40  # evolves the table to ECS_V2
+    df = _stream(spark, table)
+    assert [f.name for f in df.schema] == ECS_V2.names
+    rows, _ = _drain(df, tmp_path / "cp")
+
+    def key(r: Row):
+        return r["@timestamp"]
+
+    expected = sorted(new.collect(), key=key)
+    got = sorted(rows, key=key)
+    assert got[40:] == expected  # the evolved batch, exactly (nested values, timestamps to the microsecond)
+    expected_old = sorted(old.collect(), key=key)
+    for mine, theirs in zip(got[:40], expected_old, strict=True):
+        assert mine["source"]["port"] is None and mine["seq"] is None  # older files: the new fields are null
+        assert (mine["@timestamp"], mine["event"], mine["tags"], mine["labels"], mine["related"]) == \
+            (theirs["@timestamp"], theirs["event"], theirs["tags"], theirs["labels"], theirs["related"])
+        assert mine["source"]["ip"] == theirs["source"]["ip"]
+
+
+def test_a_partitioned_table_gets_its_partition_values(spark, tmp_path):
+    table = tmp_path / "t"
+    data = pa.table({
+        "id": pa.array([1, 2, 3, 4], pa.int64()),
+        "site": ["a b:c", "a b:c", "x%y", "plain"],
+        "day": pa.array([dt.date(2024, 1, 1), dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 2)]),
+        "n": pa.array([7, None, 7, 8], pa.int32()),
+        "at": pa.array([dt.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=dt.UTC)] * 4, pa.timestamp("us", tz="UTC")),
+    })
+    write_deltalake(str(table), data, partition_by=["site", "day", "n", "at"])
+    write_deltalake(str(table), data.slice(0, 1), partition_by=["site", "day", "n", "at"], mode="append")
+    for start in ("earliest", "0"):  # partition values from the snapshot and from the commit log
+        rows, _ = _drain(_stream(spark, table, startingVersion=start), tmp_path / f"cp-{start}")
+        got = sorted((r.id, r.site, r.day, r.n, r.at.replace(tzinfo=None) if r.at else None) for r in rows)
+        want = [(1, "a b:c", dt.date(2024, 1, 1), 7), (1, "a b:c", dt.date(2024, 1, 1), 7),
+                (2, "a b:c", dt.date(2024, 1, 1), None), (3, "x%y", dt.date(2024, 1, 2), 7),
+                (4, "plain", dt.date(2024, 1, 2), 8)]
+        assert [g[:4] for g in got] == want
+        expected_at = spark.createDataFrame([(dt.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=dt.UTC),)], "at timestamp")
+        assert {g[4] for g in got} == {expected_at.first().at.replace(tzinfo=None)}
+
+
+def test_compaction_does_not_redeliver_rows_and_vacuumed_files_fail_clearly(spark, tmp_path):
+    table, checkpoint = tmp_path / "t", tmp_path / "cp"
+    for i in range(4):
+        _append(table, i * 25, 25)
+    rows, _ = _drain(_stream(spark, table), checkpoint)
+    assert _ids(rows) == list(range(100))
+    DeltaTable(str(table)).optimize.compact()  # version 4: dataChange=false adds and removes
+    _append(table, 100, 25)  # version 5
+    rows, _ = _drain(_stream(spark, table), checkpoint)
+    assert _ids(rows) == list(range(100, 125))
+
+    DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    rows, _ = _drain(_stream(spark, table), tmp_path / "cp-fresh")  # earliest: the compacted snapshot
+    assert _ids(rows) == list(range(125))
+    message = _failure(_stream(spark, table, startingVersion=0), tmp_path / "cp-from-0")
+    assert re.search(r"data file \S+\.parquet \(added in version [0-3]\) is gone: it was vacuumed", message)
+    assert str(table) in message
+
+
+def test_a_commit_that_removes_data_fails_unless_told_to_ignore_it(spark, tmp_path):
+    table = tmp_path / "t"
+    _append(table, 0, 10)  # version 0
+    _append(table, 10, 10)  # version 1
+    DeltaTable(str(table)).delete("id < 5")  # version 2: rewrites the first file without ids 0..4
+    _append(table, 20, 10)  # version 3
+    message = _failure(_stream(spark, table, startingVersion=0), tmp_path / "cp-default")
+    assert "version 2 of" in message and "(DELETE) rewrote data" in message
+    assert "ignoreChanges=true" in message and "startingVersion=3" in message
+    rows, _ = _drain(_stream(spark, table, startingVersion=0, ignoreChanges="true"), tmp_path / "cp-changes")
+    assert _ids(rows) == sorted([*range(30), *range(5, 10)])  # the rewritten file arrives again
+
+    DeltaTable(str(table)).delete()  # version 4: removes every file, adds none
+    _append(table, 30, 5)
+    message = _failure(_stream(spark, table, startingVersion=3), tmp_path / "cp-delete")
+    assert "version 4 of" in message and "deleted data" in message
+    rows, _ = _drain(_stream(spark, table, startingVersion=3, ignoreDeletes="true"), tmp_path / "cp-deletes")
+    assert _ids(rows) == list(range(20, 35))
+
+
+def test_a_missing_table_fails_without_a_schema_and_is_waited_for_with_one(spark, tmp_path):
+    table = tmp_path / f"not-yet-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(Exception, match="no Delta table at .* yet") as caught:  # noqa: B017
+        _stream(spark, table)
+    assert "Start the pipeline that writes it first" in str(caught.value)
+
+    schema = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    checkpoint = tmp_path / "cp"
+    rows, batches = _drain(_stream(spark, table, schema=schema), checkpoint)
+    assert rows == [] and batches == []
+    _append(table, 0, 10)
+    _append(table, 10, 10)
+    rows, _ = _drain(_stream(spark, table, schema=schema), checkpoint)
+    assert _ids(rows) == list(range(20))
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({}, "option path is required"),
+        ({"path": "s3://bucket/t"}, "only local table paths"),
+        ({"path": "/t", "startingVersion": "yesterday"}, "startingVersion must be"),
+        ({"path": "/t", "maxFilesPerTrigger": "0"}, "maxFilesPerTrigger must be a positive integer"),
+        ({"path": "/t", "maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger must be a positive size"),
+        ({"path": "/t", "ignoreDeletes": "maybe"}, "ignoreDeletes must be true or false"),
+    ],
+)
+def test_bad_options_name_the_option(options, problem):
+    with pytest.raises(ValueError, match=problem):
+        DeltaSourceOptions.parse(options)
+
+
+def test_option_values_and_helpers():
+    opts = DeltaSourceOptions.parse({"PATH": "file:///data/lake/events", "startingversion": "12",
+                                     "maxBytesPerTrigger": "64m"})
+    assert (opts.path, opts.starting_version, opts.max_bytes_per_trigger) == ("/data/lake/events", 12, 64 << 20)
+    assert opts.max_files_per_trigger == 1000 and not opts.ignore_changes
+    files = [DataFile(f"f{i}", size, (), 0) for i, size in enumerate([5, 1, 1, 1, 9])]
+    groups = _pack(files, 2)
+    assert len(groups) == 2 and sorted(len(g) for g in groups) == [1, 4]  # the 9-byte file alone
+    assert _pack(files[:1], 2) == [files[:1]] and _pack([], 2) == []
+    assert _parse_partition_value("2024-01-01 01:02:03.004", pa.timestamp("us", tz="UTC")) == \
+        dt.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=dt.UTC)
+    assert _parse_partition_value("true", pa.bool_()) is True
+    assert _parse_partition_value("2024-02-29", pa.date32()) == dt.date(2024, 2, 29)
