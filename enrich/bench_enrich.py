@@ -29,6 +29,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", type=int, default=500, help="hosts in the organization (default 500)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=20_000, help="micro-batch size")
     parser.add_argument("--keep-lake", action="store_true", help="keep the lake directory")
+    parser.add_argument("--speedup", type=float, metavar="X",
+                        help="live mode: generate at X times real time while the pipeline runs (trigger --trigger), "
+                             "so state eviction by the watermark is exercised; default: generate first, then drain")
+    parser.add_argument("--trigger", default="5 seconds", metavar="INTERVAL", help="live mode trigger interval")
+    parser.add_argument("--dedup-delay", metavar="DELAY",
+                        help="streaming dedup / watermark delay (default the pipeline's, 10 minutes): state is "
+                             "bounded by ingest rate x this delay of wall time")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -51,6 +58,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             broker = EmbeddedBroker().start()
             settings = settings.with_(bootstrap=broker.bootstrap)
         settings = settings.with_(lake=lake, max_offsets_per_trigger=args.max_offsets_per_trigger)
+        if args.dedup_delay:
+            settings = settings.with_(dedup_delay=args.dedup_delay)
         ensure_topics(settings, RAW_TOPICS)
         gen_parser = argparse.ArgumentParser()
         generator_arguments(gen_parser)
@@ -61,14 +70,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         write_lake(lake, org, opts.start, None, None)
         sink = KafkaSink(settings)
         started = time.monotonic()
-        _, by_source, _, produced, _ = generate(opts, sink, org=org)
-        sink.close()
-        print(f"generated {produced:,} events ({args.duration / 3600:.1f} simulated hours) in "
-              f"{time.monotonic() - started:.1f}s")
-
-        started = time.monotonic()
-        run_pipeline(settings, Trigger(available_now=True), list(QUERIES))
-        print(f"pipeline drained in {time.monotonic() - started:.1f}s")
+        if args.speedup:
+            _live(settings, opts, sink, org, args)
+        else:
+            _, by_source, _, produced, _ = generate(opts, sink, org=org)
+            sink.close()
+            print(f"generated {produced:,} events ({args.duration / 3600:.1f} simulated hours) in "
+                  f"{time.monotonic() - started:.1f}s")
+            started = time.monotonic()
+            run_pipeline(settings, Trigger(available_now=True), list(QUERIES))
+            print(f"pipeline drained in {time.monotonic() - started:.1f}s")
 
         progress = sorted(table_dataset(lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist(),
                           key=lambda p: (p["query_name"], p["batch_id"]))
@@ -89,6 +100,45 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             shutil.rmtree(lake, ignore_errors=True)
     return 0
+
+
+def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None:
+    """Generate at ``--speedup`` in a thread while the pipeline runs; stop once the events query has read it all."""
+    import threading
+
+    from generator.command import generate
+    from nightjar.pipeline import QUERIES, Trigger, parse_interval, run_pipeline
+
+    stop = threading.Event()
+    produced: list[int] = []
+
+    def produce() -> None:
+        try:
+            produced.append(generate(opts, sink, speedup=args.speedup, org=org)[3])
+        finally:
+            sink.close()
+
+    def watch() -> None:  # the events query has consumed everything produced: stop the pipeline
+        from nightjar.lake import table_dataset
+
+        gen.join()
+        total = produced[0] if produced else 0
+        print(f"generated {total:,} events at speedup {args.speedup:g} in {time.monotonic() - t0:.0f}s", flush=True)
+        while not stop.wait(5):
+            try:
+                rows = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table(
+                    columns=["query_name", "num_input_rows"]).to_pylist()
+            except Exception:
+                continue
+            if sum(r["num_input_rows"] or 0 for r in rows if r["query_name"] == "events") >= total:
+                stop.set()
+
+    t0 = time.monotonic()
+    gen = threading.Thread(target=produce, name="bench-generator", daemon=True)
+    gen.start()
+    threading.Thread(target=watch, name="bench-watch", daemon=True).start()
+    run_pipeline(settings, Trigger(interval=parse_interval(args.trigger)), list(QUERIES), stop_event=stop)
+    print(f"pipeline ran {time.monotonic() - t0:.0f}s (live)")
 
 
 def _state_table(progress: list[dict]) -> None:
