@@ -259,3 +259,24 @@ class ReferenceCache:
                      "none (missing)" if version is None else version, table.num_rows)
         frames = {k: v for per_table in self._frames.values() for k, v in per_table.items()}
         return ReferenceData(**frames, versions=dict(self._versions))
+
+
+def reference_from_tables(spark: SparkSession, tables: dict[str, pa.Table | list[dict]]) -> ReferenceData:
+    """:class:`ReferenceData` from in-memory tables (rule samples, tests, backfills without a lake).
+
+    Each table may be a pyarrow Table or a list of row dicts; missing tables and columns are empty / null.
+    """
+    cache = ReferenceCache(spark, Settings())
+    frames: dict[str, DataFrame] = {}
+    for name in REFERENCE_TABLES:
+        raw = tables.get(name)
+        schema = SCHEMAS[name]
+        if raw is None:
+            table = schema.empty_table()
+        elif isinstance(raw, pa.Table):
+            table = _conform(raw, schema)
+        else:
+            rows = [{f.name: row.get(f.name) for f in schema} for row in raw]
+            table = pa.Table.from_pylist(rows, schema=schema)
+        frames.update(cache._build(name, table))
+    return ReferenceData(**frames, versions={})

@@ -1,0 +1,44 @@
+"""The events every rule sees: the ``events`` table's rows plus the event-time column windows and watermarks use.
+
+Detections reason in the time the event happened (``@timestamp``): a brute force is twenty failures within five
+minutes *of log time*, whether the logs arrive live or are replayed a month later by a backfill. So the
+correlation windows and the watermark run on ``@timestamp`` itself (as :data:`ingest.normalize.EVENT_TIME_COLUMN`),
+not on the clamped time the ingest stage deduplicates with.
+
+One guard keeps a forged clock from breaking that: an event stamped more than :data:`MAX_CLOCK_SKEW` after it was
+ingested (a host whose clock says 2099) is left out of detection — it would push the watermark ahead and make
+Spark drop every honest event behind it. Such events stay in ``events`` for hunting.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from ingest.normalize import EVENT_TIME_COLUMN
+
+MAX_CLOCK_SKEW = "10 minutes"
+
+
+def detection_input(events: DataFrame) -> DataFrame:
+    """``events`` (static or streaming) with :data:`EVENT_TIME_COLUMN` = ``@timestamp``; future-dated rows dropped."""
+    ts = F.col("`@timestamp`")
+    ingested = F.col("event.ingested")
+    sane = ts.isNotNull() & (ingested.isNull() | (ts <= ingested + F.expr(f"INTERVAL {MAX_CLOCK_SKEW}")))
+    base = events.drop(EVENT_TIME_COLUMN) if EVENT_TIME_COLUMN in events.columns else events
+    return base.where(sane).withColumn(EVENT_TIME_COLUMN, ts)
+
+
+def events_schema(spark: SparkSession) -> StructType:
+    """The schema rules compile against: the ``events`` table's (parsed + enriched), plus the event-time column.
+
+    Derived from the code that writes the table (an empty parse through the enrichment), so it cannot drift.
+    """
+    from enrich.reference_data import reference_from_tables
+    from enrich.static_joins import enrich_static
+    from ingest.file_source import lines_dataframe
+    from ingest.normalize import parse_records, to_events
+
+    empty = to_events(parse_records(lines_dataframe(spark, [])))
+    return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema

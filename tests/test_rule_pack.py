@@ -1,0 +1,109 @@
+"""The built-in rule pack: every rule's inline samples pass, every generator scenario has its rule, and a broken
+rule file is reported (file, rule, problem) while the others still load."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from alerts.rule_loader import BUILTIN_RULES, load_rules
+
+
+@pytest.fixture(scope="module")
+def schema(spark):
+    from alerts.detection_input import events_schema
+
+    return events_schema(spark)
+
+
+@pytest.fixture(scope="module")
+def pack(schema):
+    rules, errors = load_rules([BUILTIN_RULES], schema)
+    assert errors == [], [str(e) for e in errors]
+    return {r.rule_id: r for r in rules}
+
+
+def test_every_generator_scenario_has_a_rule_with_attack_tags_and_samples(pack):
+    from generator.scenarios import ATTACKS, SCENARIOS
+
+    expected = {SCENARIOS[name].rule_id for name in ATTACKS}
+    missing = expected - set(pack)
+    assert not missing, f"scenarios without a rule: {sorted(missing)}"
+    for rid in expected:
+        rule = pack[rid]
+        assert rule.meta.tags and all(t.startswith("T") for t in rule.meta.tags), rid
+        assert rule.meta.severity in ("low", "medium", "high", "critical")
+        assert rule.samples.positive and rule.samples.negative, rid
+
+
+def test_every_rule_passes_its_samples(spark, pack):
+    from alerts.rules_test import check_rule
+
+    failures = {}
+    for rid, rule in sorted(pack.items()):
+        res = check_rule(spark, rule)
+        if not res.passed:
+            failures[rid] = res.problems
+        else:
+            assert res.positives >= 1 and res.negatives == 0
+    assert not failures, failures
+
+
+def _write(dir_: Path, name: str, text: str) -> Path:
+    p = dir_ / name
+    p.write_text(textwrap.dedent(text), encoding="utf-8")
+    return p
+
+
+GOOD = """\
+    title: Failed SSH password
+    id: 11111111-1111-4111-8111-111111111111
+    name: good_rule
+    status: test
+    logsource: {product: linux, service: sshd}
+    detection:
+      sel: {event.action: ssh_login, event.outcome: failure}
+      condition: sel
+    level: low
+    tags: [attack.t1110]
+    nightjar: {entity: {type: ip, field: source.ip}}
+    """
+
+
+def test_broken_rules_are_reported_with_file_rule_and_problem_and_the_rest_load(schema, tmp_path):
+    _write(tmp_path, "good.yml", GOOD)
+    _write(tmp_path, "syntax.yml", "title: [unclosed\n  detection: {\n")
+    _write(tmp_path, "unknown_field.yml", GOOD.replace("good_rule", "bad_field")
+           .replace("11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222")
+           .replace("event.outcome", "no.such_field"))
+    _write(tmp_path, "dangling.yml", """\
+        title: Correlation on nothing
+        id: 33333333-3333-4333-8333-333333333333
+        name: dangling
+        correlation: {type: event_count, rules: [not_a_rule], group-by: [source.ip], timespan: 5m,
+                      condition: {gte: 3}}
+        level: high
+        """)
+    _write(tmp_path, "bad_level.yml", GOOD.replace("good_rule", "bad_level").replace("level: low", "level: urgent")
+           .replace("11111111-1111-4111-8111-111111111111", "44444444-4444-4444-8444-444444444444"))
+    rules, errors = load_rules([tmp_path], schema)
+    assert [r.rule_id for r in rules] == ["good_rule"]
+    messages = {Path(e.file).name: str(e) for e in errors}
+    assert set(messages) == {"syntax.yml", "unknown_field.yml", "dangling.yml", "bad_level.yml"}, messages
+    assert "no.such_field" in messages["unknown_field.yml"] and "bad_field" in messages["unknown_field.yml"]
+    assert "not_a_rule" in messages["dangling.yml"] and "'dangling'" in messages["dangling.yml"]
+    assert "level" in messages["bad_level.yml"] or "urgent" in messages["bad_level.yml"]
+    for e in errors:
+        assert str(tmp_path) in str(e)  # every message names the file
+
+
+def test_disabled_rule_is_not_loaded_and_tags_become_attack_ids(schema, tmp_path):
+    _write(tmp_path, "good.yml", GOOD)
+    _write(tmp_path, "off.yml", GOOD.replace("good_rule", "off_rule")
+           .replace("11111111-1111-4111-8111-111111111111", "55555555-5555-4555-8555-555555555555")
+           .replace("nightjar: {entity:", "nightjar: {enabled: false, entity:"))
+    rules, errors = load_rules([tmp_path], schema)
+    assert errors == [] and [r.rule_id for r in rules] == ["good_rule"]
+    assert rules[0].meta.tags == ("T1110",) and rules[0].kind == "sigma" and not rules[0].stateful
