@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("generator.command", "generate synthetic security logs with labelled attacks"),
     "parse": ("ingest.parse_command", "batch-parse log files into normalized ECS JSON"),
     "bench": ("nightjar.bench", "benchmarks that print throughput figures"),
+    "alerts": ("alerts.alerts_tail", "the alerts topic: `alerts tail` prints alerts as the SOC receives them"),
+    "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),
+    "backtest": ("alerts.backtest", "run the detection rules in batch over the events history"),
+    "score": ("alerts.scoring", "precision, recall and latency of the alerts against the generator's ground truth"),
 }
 
 

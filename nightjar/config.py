@@ -113,6 +113,7 @@ class Settings:
     dedup_delay: str = DEFAULT_DEDUP_DELAY
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=dict)
+    rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
 
     @property
     def bootstrap_servers(self) -> str:

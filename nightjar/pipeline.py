@@ -4,7 +4,10 @@ Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
 
 * ``bronze``: every raw Kafka record of both raw topics, as it arrived, plus ``ingested_at``.
 * ``events``: the same records parsed and normalized to ECS (``ingest.normalize``), deduplicated within
-  the watermark, into ``events``; what cannot be parsed goes to ``quarantine`` with the reason.
+  the watermark, enriched, into ``events``; what cannot be parsed goes to ``quarantine`` with the reason.
+* ``detect``: the detection rules over the ``events`` table (``alerts/detection_stream.py``): alerts to
+  ``nightjar.alerts`` and the ``alerts`` table; rule files re-read while running. With ``--available-now`` they
+  run after the ingest queries have drained Kafka.
 
 The two queries read Kafka independently: bronze never waits for parsing, and a parser change can be
 re-run from Kafka or bronze without touching the raw copy.
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 
 QUERY_BRONZE = "bronze"
 QUERY_EVENTS = "events"
+QUERY_DETECT = "detect"  # the detection queries (alerts/detection_stream.py), started after the ingest queries
 
 
 def kafka_stream(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
@@ -204,34 +208,69 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
     spark = build_spark(settings, app_name="nightjar-pipeline")
     recorder = ProgressRecorder(settings.table_path(TABLE_PIPELINE_PROGRESS))
     spark.streams.addListener(recorder)
+    names = queries or list(QUERIES)
+    stop_event = stop_event or threading.Event()
     started: list[StreamingQuery] = []
+    supervisor = None
     try:
-        for name in queries or list(QUERIES):
-            started.append(QUERIES[name](spark, settings, trigger))
-            log.info("started query %s (checkpoint %s)", name, settings.checkpoint(name))
-        _wait(started, stop_event)
+        for name in names:
+            if name in QUERIES:
+                started.append(QUERIES[name](spark, settings, trigger))
+                log.info("started query %s (checkpoint %s)", name, settings.checkpoint(name))
+        if QUERY_DETECT in names and not trigger.available_now:
+            supervisor = _detection(spark, settings, trigger)
+            started += supervisor.start()
+        _wait(started, stop_event, supervisor)
+        if (QUERY_DETECT in names and trigger.available_now and not stop_event.is_set()
+                and not any(q.exception() is not None for q in started)):
+            # available-now: detect over what the ingest queries wrote, once they are done
+            supervisor = _detection(spark, settings, trigger)
+            started += supervisor.start()
+            _wait(started, stop_event, supervisor)
     finally:
+        if supervisor is not None:
+            started += [q for q in supervisor.queries() if q not in started]
         for q in started:
             if q.isActive:
                 q.stop()
+        if supervisor is not None:
+            from alerts.alert_sink import close_producers
+
+            close_producers()  # no micro-batch publishes any more
         if not recorder.wait_terminated([str(q.id) for q in started]):
             log.warning("the progress listener did not see every query end: progress may be incomplete")
         recorder.flush()
         spark.streams.removeListener(recorder)
     for q in started:
+        if supervisor is not None and supervisor.is_rule_query(q):
+            continue  # a failed rule was reported and skipped; it does not fail the pipeline
         _raise_if_failed(q)
 
 
-def _wait(queries: list[StreamingQuery], stop_event: threading.Event | None) -> None:
+def _detection(spark: SparkSession, settings: Settings, trigger: Trigger):
+    from alerts.detection_stream import DetectionSupervisor
+    from alerts.rule_loader import BUILTIN_RULES
+
+    return DetectionSupervisor(spark, settings, list(settings.rules) or [BUILTIN_RULES], trigger)
+
+
+def _wait(queries: list[StreamingQuery], stop_event: threading.Event | None, supervisor=None) -> None:
     """Until every query has ended, one has failed, or a stop is requested (polling: awaitTermination
-    would raise the failure here, and it is reported once, by ``_raise_if_failed``)."""
+    would raise the failure here, and it is reported once, by ``_raise_if_failed``). Meanwhile the detection
+    supervisor re-reads changed rule files and reaps failed rule queries (a broken rule does not stop the rest)."""
     stop_event = stop_event or threading.Event()
-    while any(q.isActive for q in queries):
-        if any(not q.isActive and q.exception() is not None for q in queries):
+    while True:
+        rule_queries = supervisor.rule_queries() if supervisor is not None else []
+        core = [q for q in queries if supervisor is None or not supervisor.is_rule_query(q)]
+        if not any(q.isActive for q in core + rule_queries):
+            return
+        if any(not q.isActive and q.exception() is not None for q in core):
             return
         if stop_event.wait(0.5):
-            log.info("stop requested: stopping %d queries", len(queries))
+            log.info("stop requested: stopping %d queries", len(core) + len(rule_queries))
             return
+        if supervisor is not None:
+            supervisor.poll()
 
 
 def _raise_if_failed(query: StreamingQuery) -> None:
@@ -254,17 +293,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-fail-on-data-loss", action="store_true",
                         help="when checkpointed offsets are gone from Kafka, re-read from the earliest offset "
                              "and log a warning instead of failing")
-    parser.add_argument("--query", action="append", choices=sorted(QUERIES), dest="queries",
+    parser.add_argument("--query", action="append", choices=sorted([*QUERIES, QUERY_DETECT]), dest="queries",
                         help="run only this query (repeatable; default: all)")
+    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
+                        help="detection rule file or directory (repeatable; default: the built-in rule pack); "
+                             "files are re-read while running")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger <= 0:
         raise UserError("--max-offsets-per-trigger must be a positive number", exit_code=2)
     trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
+    for p in args.rules or []:
+        if not p.exists():
+            raise UserError(f"rules path {p} does not exist", exit_code=2)
     settings = settings.with_(
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         fail_on_data_loss=not args.no_fail_on_data_loss,
+        rules=tuple(args.rules or ()),
     )
     stop = threading.Event()
 
@@ -276,6 +322,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info("pipeline: bootstrap %s, lake %s, %s", settings.bootstrap_servers, settings.lake,
              "available-now" if trigger.available_now else f"trigger every {trigger.interval}")
-    run_pipeline(settings, trigger, args.queries, stop)
+    run_pipeline(settings, trigger, args.queries or [*QUERIES, QUERY_DETECT], stop)
     log.info("pipeline stopped")
     return 0
