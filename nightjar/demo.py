@@ -61,6 +61,9 @@ class _Children:
         return None
 
     def stop_all(self) -> None:
+        # PySpark's Python worker daemons start their own process group, so signalling a child's group does not
+        # reach them: remember every descendant now, and make sure each one is gone before the demo exits.
+        descendants = {p for proc in self.procs.values() for p in _descendants(proc.pid)}
         for name, proc in reversed(list(self.procs.items())):
             if proc.poll() is None:
                 log.info("stopping %s (pid %d)", name, proc.pid)
@@ -74,6 +77,60 @@ class _Children:
             # Whatever the leader did, nothing of its group may outlive the demo.
             _signal_group(proc, signal.SIGKILL)
             proc.wait()
+        _reap(descendants, grace_s=10.0)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _reap(pids: set[int], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``pids`` to exit on their own (workers notice their JVM is gone), then kill the
+    rest and wait until they are gone."""
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if _alive(p)]
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in left) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        log.info("killed %d leftover worker process(es)", len(left))
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

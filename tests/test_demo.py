@@ -42,6 +42,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            text = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().split(")")[-1].split()[0]
+        return f"{state} {text}"
+    except OSError:
+        return "?"
+
+
 @pytest.mark.slow
 def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     lake = tmp_path / "lake"
@@ -72,7 +83,7 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     assert "demo stopped" in out
     assert len(seen_children) >= 4, "expected broker, generator, pipeline and dashboard processes"
     survivors = [p for p in seen_children if _alive(p)]
-    assert survivors == [], f"processes left behind: {survivors}"
+    assert survivors == [], f"processes left behind: {[(p, _cmdline(p)) for p in survivors]}"
     assert row_count(lake, "bronze") > 0
     # The generator seeded the reference tables and, stopped by SIGTERM, wrote its ground truth.
     assert row_count(lake, "assets") > 0 and row_count(lake, "networks") > 0
