@@ -51,13 +51,13 @@ def key_of(row: dict) -> AlertKey:
     return (row["rule_id"], row["entity"]["type"], row["entity"]["value"])
 
 
-def _naive(ts: dt.datetime) -> dt.datetime:
+def naive_utc(ts: dt.datetime) -> dt.datetime:
     """Compare timestamps whatever their origin (Spark gives naive UTC, Delta/duckdb aware UTC)."""
     return ts.astimezone(dt.UTC).replace(tzinfo=None) if ts.tzinfo is not None else ts
 
 
 def _fmt(ts: dt.datetime) -> str:
-    return _naive(ts).strftime("%Y-%m-%d %H:%M:%S")
+    return naive_utc(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def summarize(rule: RuleMeta, alert: dict) -> str:
@@ -88,15 +88,15 @@ class AlertBuilder:
         self.open: dict[AlertKey, dict] = {}
         for a in open_alerts:
             k = key_of(a)
-            if k not in self.open or _naive(a["window_start"]) >= _naive(self.open[k]["window_start"]):
+            if k not in self.open or naive_utc(a["window_start"]) >= naive_utc(self.open[k]["window_start"]):
                 self.open[k] = dict(a)
 
     def add(self, candidates: Iterable[dict], detected_at: dt.datetime) -> list[dict]:
         """The revisions raised or updated by ``candidates`` (one per touched alert), in a stable order."""
         touched: dict[str, dict] = {}
         order = sorted(candidates, key=lambda c: (c["rule_id"], c["entity"]["type"], c["entity"]["value"],
-                                                  _naive(c["first_seen"]), _naive(c["window_start"]),
-                                                  _naive(c["last_seen"]), -int(c["event_count"])))
+                                                  naive_utc(c["first_seen"]), naive_utc(c["window_start"]),
+                                                  naive_utc(c["last_seen"]), -int(c["event_count"])))
         for cand in order:
             rule = self.rules.get(cand["rule_id"])
             if rule is None:
@@ -121,9 +121,9 @@ class AlertBuilder:
 
     @staticmethod
     def _joins(cur: dict, cand: dict, rule: RuleMeta) -> bool:
-        start = _naive(cur["window_start"])
+        start = naive_utc(cur["window_start"])
         span = dt.timedelta(seconds=rule.suppress_s)
-        return start - span <= _naive(cand["first_seen"]) < start + span
+        return start - span <= naive_utc(cand["first_seen"]) < start + span
 
     @staticmethod
     def _new(cand: dict, rule: RuleMeta) -> dict:
@@ -157,16 +157,16 @@ class AlertBuilder:
             count = cur["event_count"] + int(cand["event_count"])
         else:
             count = max(cur["event_count"], int(cand["event_count"]))
-        first = min(_naive(cur["first_seen"]), _naive(cand["first_seen"]))
-        last = max(_naive(cur["last_seen"]), _naive(cand["last_seen"]))
-        if count == cur["event_count"] and last == _naive(cur["last_seen"]) and first == _naive(cur["first_seen"]):
+        first = min(naive_utc(cur["first_seen"]), naive_utc(cand["first_seen"]))
+        last = max(naive_utc(cur["last_seen"]), naive_utc(cand["last_seen"]))
+        if count == cur["event_count"] and last == naive_utc(cur["last_seen"]) and first == naive_utc(cur["first_seen"]):
             return None  # nothing new: no revision
         merged = dict(cur)
         merged.update(
             event_count=count,
             first_seen=first,
             last_seen=last,
-            window_end=max(_naive(cur["window_end"]), _naive(cand["window_end"])),
+            window_end=max(naive_utc(cur["window_end"]), naive_utc(cand["window_end"])),
             evidence=(evidence + fresh)[:MAX_EVIDENCE],
             host_name=cur.get("host_name") or cand.get("host_name"),
             user_name=cur.get("user_name") or cand.get("user_name"),
@@ -179,5 +179,5 @@ class AlertBuilder:
         """The revision as published: ALERT_SCHEMA fields only (``detail`` lives on in the summary)."""
         out = {k: v for k, v in alert.items() if k != "detail"}
         for f in ("window_start", "window_end", "first_seen", "last_seen", "detected_at"):
-            out[f] = _naive(out[f])
+            out[f] = naive_utc(out[f])
         return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -87,3 +87,37 @@ def alert_id_column(rule_id: Column, entity_type: Column, entity_value: Column, 
     """:func:`alert_id` as a Spark column expression (same digits)."""
     text = F.concat_ws("|", rule_id, entity_type, entity_value, F.unix_micros(window_start).cast("string"))
     return F.substring(F.sha2(text, 256), 1, 32)
+
+
+def conform_candidates(df: DataFrame) -> DataFrame:
+    """``df`` with exactly :data:`CANDIDATE_SCHEMA` (names, order, types and nullability): its columns cast to
+    their types, evidence cut to :data:`MAX_EVIDENCE`, non-nullable columns made non-nullable (a rule only emits
+    rows where they are set; the fallbacks — window bounds for times, 0, empty — only tell Spark's type system
+    so) and nullable ones nullable, so that ``df.to(CANDIDATE_SCHEMA)``, unions with other rules' candidates and
+    the sinks' schema checks accept the frame."""
+    missing = [f.name for f in CANDIDATE_SCHEMA.fields if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"candidates lack column(s) {', '.join(missing)} (see alerts.alert_schema.CANDIDATE_SCHEMA)")
+    epoch = F.lit(dt.datetime(1970, 1, 1)).cast(TimestampType())
+    fallback: dict[str, Column] = {
+        "rule_id": F.lit(""),
+        "entity": F.struct(F.lit("").alias("type"), F.lit("").alias("value")),
+        "window_start": F.coalesce(F.col("first_seen"), epoch),
+        "window_end": F.coalesce(F.col("last_seen"), epoch),
+        "first_seen": F.coalesce(F.col("window_start"), epoch),
+        "last_seen": F.coalesce(F.col("window_end"), epoch),
+        "event_count": F.lit(0).cast("bigint"),
+        "evidence": F.array().cast("array<string>"),
+    }
+    cols = []
+    for f in CANDIDATE_SCHEMA.fields:
+        col = F.col(f.name)
+        if f.name == "evidence":
+            col = F.slice(col, 1, MAX_EVIDENCE)
+        col = col.cast(f.dataType)  # a cast also gives nested fields the schema's nullability (entity.*)
+        if not f.nullable:
+            col = F.coalesce(col, fallback[f.name].cast(f.dataType))
+        else:  # the identity, but nullable: a literal or non-null expression must not make the column NOT NULL
+            col = F.when(col.isNotNull(), col)
+        cols.append(col.alias(f.name))
+    return df.select(*cols)

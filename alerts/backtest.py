@@ -22,10 +22,8 @@ from pyspark.sql import functions as F
 
 from alerts.alert_builder import AlertBuilder
 from alerts.rule_loader import Rule
-from nightjar.config import TABLE_EVENTS, Settings
+from nightjar.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
 from nightjar.errors import UserError
-
-TABLE_BACKTEST_ALERTS = "backtest_alerts"
 
 
 def read_events(spark: SparkSession, lake: Path) -> DataFrame:

@@ -184,17 +184,19 @@ class DetectionSupervisor:
                 rules = list(self.stateless.values())
             if not rules:
                 return
-            events = detection_input(df.drop(BATCH_TS)).cache()
+            batch = df.cache()  # the new events files are read once, for every rule and the batch timestamp
             try:
+                events = detection_input(batch.drop(BATCH_TS))
                 parts = [r.detect(events) for r in rules]
                 cands = parts[0]
                 for p in parts[1:]:
                     cands = cands.unionByName(p)
                 rows = [r.asDict(recursive=True) for r in cands.collect()]
-                batch_ts = df.select(BATCH_TS).limit(1).collect()
+                if not rows:
+                    return
+                detected = batch.select(BATCH_TS).limit(1).collect()[0][0]
             finally:
-                events.unpersist()
-            detected = batch_ts[0][0] if batch_ts else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+                batch.unpersist()
             n = folder.process(rows, batch_id, detected)
             if n:
                 log.info("detect batch %d: %d alert revision(s)", batch_id, n)

@@ -69,9 +69,8 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampType
 
-from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES
+from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES, conform_candidates
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from ingest.normalize import EVENT_TIME_COLUMN
 from nightjar.config import DEFAULT_DEDUP_DELAY, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
@@ -398,40 +397,6 @@ def evidence_ids(pairs: Column) -> Column:
     return F.transform(F.slice(F.array_sort(pairs), 1, MAX_EVIDENCE), lambda p: p["id"])
 
 
-def conform_candidates(df: DataFrame) -> DataFrame:
-    """``df`` with exactly :data:`CANDIDATE_SCHEMA` (names, order, types and nullability): its columns cast to
-    their types, evidence cut to :data:`MAX_EVIDENCE`, non-nullable columns made non-nullable (a rule only emits
-    rows where they are set; the fallbacks — window bounds for times, 0, empty — only tell Spark's type system
-    so) and nullable ones nullable, so that ``df.to(CANDIDATE_SCHEMA)``, unions with other rules' candidates and
-    the sinks' schema checks accept the frame."""
-    missing = [f.name for f in CANDIDATE_SCHEMA.fields if f.name not in df.columns]
-    if missing:
-        raise ValueError(f"candidates lack column(s) {', '.join(missing)} (see alerts.alert_schema.CANDIDATE_SCHEMA)")
-    epoch = F.lit(dt.datetime(1970, 1, 1)).cast(TimestampType())
-    fallback: dict[str, Column] = {
-        "rule_id": F.lit(""),
-        "entity": F.struct(F.lit("").alias("type"), F.lit("").alias("value")),
-        "window_start": F.coalesce(F.col("first_seen"), epoch),
-        "window_end": F.coalesce(F.col("last_seen"), epoch),
-        "first_seen": F.coalesce(F.col("window_start"), epoch),
-        "last_seen": F.coalesce(F.col("window_end"), epoch),
-        "event_count": F.lit(0).cast("bigint"),
-        "evidence": F.array().cast("array<string>"),
-    }
-    cols = []
-    for f in CANDIDATE_SCHEMA.fields:
-        col = F.col(f.name)
-        if f.name == "evidence":
-            col = F.slice(col, 1, MAX_EVIDENCE)
-        col = col.cast(f.dataType)  # a cast also gives nested fields the schema's nullability (entity.*)
-        if not f.nullable:
-            col = F.coalesce(col, fallback[f.name].cast(f.dataType))
-        else:  # the identity, but nullable: a literal or non-null expression must not make the column NOT NULL
-            col = F.when(col.isNotNull(), col)
-        cols.append(col.alias(f.name))
-    return df.select(*cols)
-
-
 # -- samples -----------------------------------------------------------------------------------------------------
 @dataclass
 class SampleResult:
@@ -456,25 +421,10 @@ def reference_data(spark: SparkSession, reference: Mapping[str, Iterable[Mapping
     columns, e.g. the generator's ``*.jsonl``; times may be ISO strings; a table not given is empty), prepared
     exactly as :class:`~enrich.reference_data.ReferenceCache` prepares the lake's. ValueError on unknown tables,
     columns or mistyped values."""
-    from enrich.reference_data import (
-        ReferenceData,
-        prepare_assets,
-        prepare_iocs,
-        prepare_networks,
-        prepare_users,
-    )
+    from enrich.reference_data import reference_from_tables
 
     tables = _reference({name: list(rows) for name, rows in (reference or {}).items()})  # checked, ISO times parsed
-
-    def arrow(name: str) -> pa.Table:
-        return pa.Table.from_pylist(list(tables.get(name, ())), REFERENCE_SCHEMAS[name])
-
-    frame = spark.createDataFrame
-    assets, static_assets = prepare_assets(arrow(TABLE_ASSETS))
-    networks, ranges = prepare_networks(arrow(TABLE_NETWORKS))
-    return ReferenceData(assets=frame(assets), static_assets=frame(static_assets),
-                         users=frame(prepare_users(arrow(TABLE_USERS))), networks=frame(networks),
-                         network_ranges=frame(ranges), iocs=frame(prepare_iocs(arrow(TABLE_IOCS))))
+    return reference_from_tables(spark, {name: list(rows) for name, rows in tables.items()})
 
 
 def dhcp_networks(reference: Mapping[str, Iterable[Mapping]] | None) -> list[str]:

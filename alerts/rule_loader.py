@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
-from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, SEVERITIES
+from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
 
 log = logging.getLogger(__name__)
 
@@ -209,11 +209,6 @@ def single_event_candidates(matched: DataFrame, rule_id: str, entity_type: str, 
         F.lit(None).cast("string").alias("detail"),
     )
     return conform_candidates(out)
-
-
-def conform_candidates(df: DataFrame) -> DataFrame:
-    """Exactly :data:`CANDIDATE_SCHEMA`'s columns and types, in order."""
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in CANDIDATE_SCHEMA.fields])
 
 
 def _digest(*parts: str) -> str:

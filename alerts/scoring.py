@@ -25,10 +25,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightjar.config import TABLE_ALERTS, TABLE_GROUND_TRUTH, Settings
+from alerts.alert_builder import naive_utc
+from nightjar.config import TABLE_ALERTS, TABLE_GROUND_TRUTH, TABLE_GROUND_TRUTH_NEGATIVES, Settings
 from nightjar.errors import UserError
 
-TABLE_GROUND_TRUTH_NEGATIVES = "ground_truth_negatives"
 SLACK = dt.timedelta(minutes=5)
 LIVE_LAG = dt.timedelta(hours=1)  # alerts detected more than this after last_seen: a replay, latency not meaningful
 
@@ -52,13 +52,9 @@ class ScenarioScore:
         return self.true_alerts / self.alerts if self.alerts else float("nan")
 
 
-def _naive(ts: dt.datetime) -> dt.datetime:
-    return ts.astimezone(dt.UTC).replace(tzinfo=None) if ts.tzinfo else ts
-
-
 def _overlaps(alert: dict, inc: dict) -> bool:
-    return (_naive(alert["first_seen"]) <= _naive(inc["end"]) + SLACK
-            and _naive(alert["last_seen"]) >= _naive(inc["start"]) - SLACK)
+    return (naive_utc(alert["first_seen"]) <= naive_utc(inc["end"]) + SLACK
+            and naive_utc(alert["last_seen"]) >= naive_utc(inc["start"]) - SLACK)
 
 
 def _same_entity(alert: dict, inc: dict) -> bool:
@@ -91,9 +87,9 @@ def score(alert_rows: list[dict], incidents: list[dict], negatives: list[dict]) 
         hits = [a for a in alerts if a["rule_id"] == s.rule_id and _same_entity(a, inc) and _overlaps(a, inc)]
         if hits:
             s.detected += 1
-            earliest = min(hits, key=lambda a: _naive(first[a["alert_id"]]["detected_at"]))
+            earliest = min(hits, key=lambda a: naive_utc(first[a["alert_id"]]["detected_at"]))
             rev1 = first[earliest["alert_id"]]
-            lag = _naive(rev1["detected_at"]) - _naive(rev1["last_seen"])
+            lag = naive_utc(rev1["detected_at"]) - naive_utc(rev1["last_seen"])
             if lag <= LIVE_LAG:
                 s.latencies_s.append(lag.total_seconds())
     for s in by_rule.values():

@@ -17,7 +17,6 @@ import heapq
 import ipaddress
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,15 +234,7 @@ class ReferenceCache:
         return self._spark.createDataFrame(table)
 
     def _build(self, name: str, table: pa.Table) -> dict[str, DataFrame]:
-        builders: dict[str, Callable[[pa.Table], dict[str, DataFrame]]] = {
-            TABLE_ASSETS: lambda t: dict(zip(("assets", "static_assets"), map(self._frame, prepare_assets(t)),
-                                             strict=True)),
-            TABLE_USERS: lambda t: {"users": self._frame(prepare_users(t))},
-            TABLE_NETWORKS: lambda t: dict(zip(("networks", "network_ranges"),
-                                               map(self._frame, prepare_networks(t)), strict=True)),
-            TABLE_IOCS: lambda t: {"iocs": self._frame(prepare_iocs(t))},
-        }
-        return builders[name](table)
+        return prepared_frames(self._spark, name, table)
 
     def current(self) -> ReferenceData:
         """The reference data as of now: re-reads only the tables whose version changed since the last call."""
@@ -261,12 +252,28 @@ class ReferenceCache:
         return ReferenceData(**frames, versions=dict(self._versions))
 
 
+def prepared_frames(spark: SparkSession, name: str, table: pa.Table) -> dict[str, DataFrame]:
+    """One reference table (lake columns) -> its prepared :class:`ReferenceData` frame(s), by field name."""
+    frame = spark.createDataFrame
+    if name == TABLE_ASSETS:
+        assets, static_assets = prepare_assets(table)
+        return {"assets": frame(assets), "static_assets": frame(static_assets)}
+    if name == TABLE_USERS:
+        return {"users": frame(prepare_users(table))}
+    if name == TABLE_NETWORKS:
+        networks, ranges = prepare_networks(table)
+        return {"networks": frame(networks), "network_ranges": frame(ranges)}
+    if name == TABLE_IOCS:
+        return {"iocs": frame(prepare_iocs(table))}
+    raise ValueError(f"not a reference table: {name!r} (one of {', '.join(REFERENCE_TABLES)})")
+
+
 def reference_from_tables(spark: SparkSession, tables: dict[str, pa.Table | list[dict]]) -> ReferenceData:
-    """:class:`ReferenceData` from in-memory tables (rule samples, tests, backfills without a lake).
+    """:class:`ReferenceData` from in-memory tables (rule samples, tests, backfills without a lake), prepared
+    exactly as :class:`ReferenceCache` prepares the lake's.
 
     Each table may be a pyarrow Table or a list of row dicts; missing tables and columns are empty / null.
     """
-    cache = ReferenceCache(spark, Settings())
     frames: dict[str, DataFrame] = {}
     for name in REFERENCE_TABLES:
         raw = tables.get(name)
@@ -276,7 +283,6 @@ def reference_from_tables(spark: SparkSession, tables: dict[str, pa.Table | list
         elif isinstance(raw, pa.Table):
             table = _conform(raw, schema)
         else:
-            rows = [{f.name: row.get(f.name) for f in schema} for row in raw]
-            table = pa.Table.from_pylist(rows, schema=schema)
-        frames.update(cache._build(name, table))
+            table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in schema} for row in raw], schema=schema)
+        frames.update(prepared_frames(spark, name, table))
     return ReferenceData(**frames, versions={})

@@ -13,9 +13,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from generator.organization import EXTERNAL_NETWORKS, INTERNAL_NETWORKS, Organization
-from nightjar.config import TABLE_ASSETS, TABLE_GROUND_TRUTH, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
+from nightjar.config import (
+    TABLE_ASSETS,
+    TABLE_GROUND_TRUTH,
+    TABLE_GROUND_TRUTH_NEGATIVES,
+    TABLE_IOCS,
+    TABLE_NETWORKS,
+    TABLE_USERS,
+)
 
-TABLE_GROUND_TRUTH_NEGATIVES = "ground_truth_negatives"
 _TS = pa.timestamp("us", tz="UTC")
 
 

@@ -29,6 +29,8 @@ TABLE_USERS = "users"
 TABLE_NETWORKS = "networks"
 TABLE_IOCS = "iocs"
 TABLE_GROUND_TRUTH = "ground_truth"
+TABLE_GROUND_TRUTH_NEGATIVES = "ground_truth_negatives"  # the generator's hard negatives (must not alert)
+TABLE_BACKTEST_ALERTS = "backtest_alerts"  # `nightjar backtest --write`; never the live alerts
 TABLE_PIPELINE_PROGRESS = "pipeline_progress"
 KNOWN_TABLES: tuple[str, ...] = (
     TABLE_BRONZE,
