@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from alerts.alert_schema import ALERT_SCHEMA, SEVERITIES
-from nightjar.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
-from nightjar.errors import UserError
+from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
+from core.errors import UserError
 
 if TYPE_CHECKING:
     import pyarrow as pa

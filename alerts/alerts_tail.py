@@ -24,8 +24,8 @@ import time
 import uuid
 from typing import Any
 
-from nightjar.config import TOPIC_ALERTS, Settings
-from nightjar.errors import UserError
+from core.config import TOPIC_ALERTS, Settings
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from pyspark.sql import functions as F
 
 from alerts.alert_builder import AlertBuilder
 from alerts.rule_loader import Rule
-from nightjar.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
-from nightjar.errors import UserError
+from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
+from core.errors import UserError
 
 
 def read_events(spark: SparkSession, lake: Path) -> DataFrame:
@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
-    from nightjar.spark_session import build_spark
+    from core.spark_session import build_spark
 
     start, end = _time(args.start, "--from"), _time(args.end, "--to")
     if start and end and start >= end:

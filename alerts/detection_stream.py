@@ -34,8 +34,8 @@ from pyspark.sql.types import StructType
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
+from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
 from ingest.normalize import EVENT_TIME_COLUMN
-from nightjar.config import TABLE_ALERTS, TABLE_EVENTS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ _publish_lock = threading.Lock()  # queries publish from their own threads; Delt
 
 def open_alerts(lake: Path, rule_ids: set[str]) -> list[dict]:
     """The newest revision of every alert of ``rule_ids`` in the ``alerts`` table (empty when there is none)."""
-    from nightjar.lake import table_dataset
+    from core.lake import table_dataset
 
     try:
         table = table_dataset(lake, TABLE_ALERTS).to_table().to_pylist()
@@ -157,13 +157,13 @@ class DetectionSupervisor:
     # -- queries --------------------------------------------------------------------------------------------
     def _events(self) -> DataFrame:
         from ingest.delta_sink import arrow_schema, ensure_table
+        from ingest.delta_source import read_delta_stream
 
         path = self.settings.table_path(TABLE_EVENTS)
         # The detection queries may start before the events query has written anything: create the table
         # (empty, the schema the events query writes) so the source knows its schema from the first batch.
         ensure_table(path, arrow_schema(StructType([f for f in self.schema.fields if f.name != EVENT_TIME_COLUMN])))
-        return (self.spark.readStream.format("nightjar_delta").option("path", str(path))
-                .option("startingVersion", "earliest").load())
+        return read_delta_stream(self.spark, path)
 
     def start(self) -> list[StreamingQuery]:
         self.reload(force=True)

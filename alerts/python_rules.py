@@ -71,9 +71,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES, conform_candidates
+from core.config import DEFAULT_DEDUP_DELAY, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from ingest.normalize import EVENT_TIME_COLUMN
-from nightjar.config import DEFAULT_DEDUP_DELAY, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks the watermarked column with this metadata

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightjar.config import Settings
-from nightjar.errors import UserError
+from core.config import Settings
+from core.errors import UserError
 
 SAMPLE_INGESTED = dt.datetime(2026, 3, 9, 12, 0, tzinfo=dt.UTC)  # after every sample's own time
 _PLACEHOLDER = re.compile(r"\{i(?::([^{}]*))?\}")
@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
-    from nightjar.spark_session import build_spark
+    from core.spark_session import build_spark
 
     paths = args.rules or [BUILTIN_RULES]
     for p in paths:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alerts.alert_builder import naive_utc
-from nightjar.config import TABLE_ALERTS, TABLE_GROUND_TRUTH, TABLE_GROUND_TRUTH_NEGATIVES, Settings
-from nightjar.errors import UserError
+from core.config import TABLE_ALERTS, TABLE_GROUND_TRUTH, TABLE_GROUND_TRUTH_NEGATIVES, Settings
+from core.errors import UserError
 
 SLACK = dt.timedelta(minutes=5)
 LIVE_LAG = dt.timedelta(hours=1)  # alerts detected more than this after last_seen: a replay, latency not meaningful
@@ -114,7 +114,7 @@ def score(alert_rows: list[dict], incidents: list[dict], negatives: list[dict]) 
 
 
 def _read(lake: Path, name: str) -> list[dict]:
-    from nightjar.lake import table_dataset
+    from core.lake import table_dataset
 
     if not (lake / name / "_delta_log").is_dir():
         return []

@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from core.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
+from core.errors import UserError
 from dashboard.queries import (
     current_leases,
     latest_progress,
@@ -23,8 +25,6 @@ from dashboard.queries import (
     progress_history,
     table_overview,
 )
-from nightjar.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
-from nightjar.errors import UserError
 
 REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
 

@@ -18,8 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from nightjar.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, Settings
-from nightjar.errors import UserError
+from core.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, Settings
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

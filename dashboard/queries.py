@@ -14,9 +14,9 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from nightjar.config import TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS
-from nightjar.errors import UserError
-from nightjar.lake import describe_tables, is_delta_table, table_dataset
+from core.config import TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS
+from core.errors import UserError
+from core.lake import describe_tables, is_delta_table, table_dataset
 
 PROGRESS_COLUMNS = [
     "query_name",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from nightjar.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS, Settings
+from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS, Settings
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from core.config import Settings
+from core.errors import UserError
 from generator.engine import Options, Simulation
 from generator.organization import build_organization
 from generator.reference_tables import write_files, write_lake
 from generator.scenarios import ATTACKS, HARD_NEGATIVES, SCENARIOS
 from generator.sinks import FileSink, KafkaSink
-from nightjar.config import Settings
-from nightjar.errors import UserError
 
 log = logging.getLogger(__name__)
 DEFAULT_EVENTS = 10_000

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from generator.organization import EXTERNAL_NETWORKS, INTERNAL_NETWORKS, Organization
-from nightjar.config import (
+from core.config import (
     TABLE_ASSETS,
     TABLE_GROUND_TRUTH,
     TABLE_GROUND_TRUTH_NEGATIVES,
@@ -21,6 +20,7 @@ from nightjar.config import (
     TABLE_NETWORKS,
     TABLE_USERS,
 )
+from generator.organization import EXTERNAL_NETWORKS, INTERNAL_NETWORKS, Organization
 
 _TS = pa.timestamp("us", tz="UTC")
 

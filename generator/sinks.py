@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightjar.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
-from nightjar.errors import UserError
+from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
+from core.errors import UserError
 
 SYSLOG_FILE = "syslog.log"
 ZEEK_FILE = "zeek.log"

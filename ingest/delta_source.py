@@ -7,7 +7,8 @@ micro-batch input, reading the commit's Parquet files with pyarrow.
 
 Usage::
 
-    spark.dataSource.register(DeltaDataSource)          # build_spark() does this
+    df = read_delta_stream(spark, "/abs/path/lake/events")   # registers the source, then:
+    spark.dataSource.register(DeltaDataSource)
     df = (spark.readStream.format("nightjar_delta")
           .option("path", "/abs/path/lake/events")       # or .load("/abs/path/lake/events")
           .option("startingVersion", "earliest")         # default; or "latest", or a version number
@@ -598,3 +599,10 @@ class DeltaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DeltaStreamReader:
         return DeltaStreamReader(dict(self.options), schema)
+
+
+def read_delta_stream(spark, path: str | Path, starting_version: str = "earliest"):
+    """The append-only Delta table at ``path`` as a streaming DataFrame (registers the source first)."""
+    spark.dataSource.register(DeltaDataSource)
+    return (spark.readStream.format(SOURCE_NAME).option("path", str(path))
+            .option("startingVersion", starting_version).load())

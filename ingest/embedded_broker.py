@@ -14,8 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from nightjar.config import ALL_TOPICS, DEFAULT_BROKER_PORT, Settings
-from nightjar.errors import UserError
+from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, Settings
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,9 @@ which these machines cannot reach (ARCHITECTURE.md, decision 2).
 
 Usage::
 
-    spark.dataSource.register(KafkaDataSource)          # build_spark() does this
+    df = read_kafka(spark, settings)                    # the raw topics, with Nightjar's settings
+    # or, spelled out:
+    spark.dataSource.register(KafkaDataSource)
     df = (spark.readStream.format("nightjar_kafka")
           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "nightjar.raw.syslog,nightjar.raw.zeek")
@@ -44,9 +46,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
+
+from core.config import RAW_TOPICS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -482,3 +487,22 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         return KafkaStreamReader(dict(self.options))
+
+
+def read_kafka(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
+               starting_offsets: str = "earliest") -> DataFrame:
+    """``topics`` as a streaming DataFrame, with the client settings, data-loss policy and batch cap of
+    ``settings`` (registers the source with ``spark`` first; registering again is harmless)."""
+    spark.dataSource.register(KafkaDataSource)
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", starting_offsets)
+        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
+        .option("fetchWaitMaxMs", str(settings.kafka.fetch_wait_max_ms))
+    )
+    for key, value in settings.kafka_config().items():
+        reader = reader.option(f"kafka.{key}", value)
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    return reader.load()

@@ -30,11 +30,11 @@ import re
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from core.config import DEFAULT_DEDUP_DELAY, DEFAULT_MAX_RECORD_BYTES
 from ingest.ecs_schema import ECS_COLUMNS, assemble
 from ingest.parsers import syslog, zeek
 from ingest.parsers import values as V
 from ingest.parsers.field_map import Fields, coalesce_fields, non_empty
-from nightjar.config import DEFAULT_DEDUP_DELAY, DEFAULT_MAX_RECORD_BYTES
 
 FORMATS = ("auto", "syslog", "zeek")
 RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "ingested_at")

@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from nightjar.config import Settings
-from nightjar.errors import UserError
+from core.config import Settings
+from core.errors import UserError
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "ignoreNullFields": "true"}
 
@@ -68,9 +68,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if max_bytes <= 0:
         raise UserError("--max-record-bytes must be positive", exit_code=2)
 
+    from core.spark_session import build_spark
     from ingest.file_source import read_files
     from ingest.normalize import parse_records
-    from nightjar.spark_session import build_spark
 
     spark = build_spark(settings, app_name="nightjar-parse")
     try:

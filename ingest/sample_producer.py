@@ -16,8 +16,8 @@ import random
 import time
 from collections.abc import Iterator
 
-from nightjar.config import RAW_TOPICS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
-from nightjar.errors import UserError
+from core.config import RAW_TOPICS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 

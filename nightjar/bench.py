@@ -9,13 +9,13 @@ import argparse
 import importlib
 from pathlib import Path
 
-from nightjar.config import Settings
+from core.config import Settings
 
 TARGETS: dict[str, tuple[str, str]] = {
-    "ingest": ("ingest.bench_ingest", "broker raw consume rate vs pipeline bronze ingest rate"),
-    "parse": ("ingest.bench_parse", "parse-stage events/s, batch and streaming"),
-    "generate": ("generator.bench", "generator events/s to Kafka and to files"),
-    "enrich": ("enrich.bench_enrich", "a simulated hour through the events query: state per operator, attribution"),
+    "ingest": ("nightjar.benchmarks.bench_ingest", "broker raw consume rate vs pipeline bronze ingest rate"),
+    "parse": ("nightjar.benchmarks.bench_parse", "parse-stage events/s, batch and streaming"),
+    "generate": ("nightjar.benchmarks.bench_generate", "generator events/s to Kafka and to files"),
+    "enrich": ("nightjar.benchmarks.bench_enrich", "a simulated hour through the events query: state per operator, attribution"),
 }
 
 

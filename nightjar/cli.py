@@ -6,7 +6,7 @@ Each subcommand lives in the package that owns its concern and exposes two funct
     def run(args: argparse.Namespace, settings: Settings) -> int: ...
 
 This file only wires them together, parses the common options (``--bootstrap``, ``--lake``) and turns
-expected failures (:class:`nightjar.errors.UserError`) into one-line messages with a non-zero exit.
+expected failures (:class:`core.errors.UserError`) into one-line messages with a non-zero exit.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from nightjar.config import settings_from_env
-from nightjar.errors import UserError
+from core.config import settings_from_env
+from core.errors import UserError
 
 # name -> (module, one-line help). Modules are imported lazily so that `nightjar --help` is instant
 # and a command never pays for another's imports (Spark, Streamlit, …).
@@ -26,8 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("nightjar.demo", "embedded broker + sample producer + pipeline + dashboard"),
     "broker": ("ingest.embedded_broker", "run the embedded Kafka-compatible broker (Tansu)"),
     "run": ("nightjar.pipeline", "run the streaming pipeline (Kafka -> Delta)"),
-    "tables": ("nightjar.lake", "list the lake's tables with row counts"),
-    "maintain": ("nightjar.maintenance", "compact, Z-order, checkpoint and vacuum the lake's tables"),
+    "tables": ("core.lake", "list the lake's tables with row counts"),
+    "maintain": ("core.maintenance", "compact, Z-order, checkpoint and vacuum the lake's tables"),
     "dashboard": ("dashboard.launcher", "start the Streamlit dashboard"),
     "produce-samples": ("ingest.sample_producer", "send sample raw log lines to the raw topics"),
     "generate": ("generator.command", "generate synthetic security logs with labelled attacks"),

@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from nightjar.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_BRONZE, Settings
-from nightjar.errors import UserError
+from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_BRONZE, Settings
+from core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +141,9 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from core.lake import row_count
     from dashboard.launcher import start_dashboard, wait_until_ready
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
-    from nightjar.lake import row_count
     from nightjar.pipeline import check_lake_writable, parse_interval
 
     if args.duration is not None and args.duration <= 0:

@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from nightjar.config import (
+from core.config import (
     RAW_TOPICS,
     TABLE_BRONZE,
     TABLE_DHCP_SESSIONS,
@@ -46,32 +46,13 @@ from nightjar.config import (
     TABLE_QUARANTINE,
     Settings,
 )
-from nightjar.errors import DataLossError, UserError, summarize_query_error
+from core.errors import DataLossError, UserError, summarize_query_error
 
 log = logging.getLogger(__name__)
 
 QUERY_BRONZE = "bronze"
 QUERY_EVENTS = "events"
 QUERY_DETECT = "detect"  # the detection queries (alerts/detection_stream.py), started after the ingest queries
-
-
-def kafka_stream(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
-                 starting_offsets: str = "earliest") -> DataFrame:
-    """The raw topics as a streaming DataFrame (see ``ingest.kafka_source`` for the columns)."""
-    from ingest.kafka_source import SOURCE_NAME
-
-    reader = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("subscribe", ",".join(topics))
-        .option("startingOffsets", starting_offsets)
-        .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
-        .option("fetchWaitMaxMs", str(settings.kafka.fetch_wait_max_ms))
-    )
-    for key, value in settings.kafka_config().items():
-        reader = reader.option(f"kafka.{key}", value)
-    if settings.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    return reader.load()
 
 
 def to_bronze(records: DataFrame) -> DataFrame:
@@ -108,6 +89,7 @@ def parse_interval(text: str) -> str:
 
 def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
     from ingest.delta_sink import write_batch
+    from ingest.kafka_source import read_kafka
 
     path = settings.table_path(TABLE_BRONZE)
     app_id = f"nightjar.{QUERY_BRONZE}"
@@ -116,7 +98,7 @@ def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
         write_batch(df, path, app_id, batch_id)
 
     writer = (
-        to_bronze(kafka_stream(spark, settings)).writeStream.queryName(QUERY_BRONZE)
+        to_bronze(read_kafka(spark, settings)).writeStream.queryName(QUERY_BRONZE)
         .foreachBatch(write)
         .option("checkpointLocation", str(settings.checkpoint(QUERY_BRONZE)))
     )
@@ -140,6 +122,7 @@ def start_events(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
         sessions_from,
     )
     from ingest.delta_sink import write_batch
+    from ingest.kafka_source import read_kafka
     from ingest.normalize import deduplicate, interval_seconds, parse_records
 
     events_path = settings.table_path(TABLE_EVENTS)
@@ -158,7 +141,7 @@ def start_events(spark: SparkSession, settings: Settings, trigger: Trigger) -> S
         finally:
             df.unpersist()
 
-    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings))), settings.dedup_delay)
+    parsed = deduplicate(parse_records(to_bronze(read_kafka(spark, settings))), settings.dedup_delay)
     unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)),
                                watermark_delay_s=interval_seconds(settings.dedup_delay))
     writer = (
@@ -198,9 +181,9 @@ def check_lake_writable(lake: Path) -> None:
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
                  stop_event: threading.Event | None = None) -> None:
     """Start the queries and wait until they finish (available-now), fail, or ``stop_event`` is set."""
+    from core.spark_session import build_spark
     from ingest.embedded_broker import check_reachable, ensure_topics
     from nightjar.progress_recorder import ProgressRecorder
-    from nightjar.spark_session import build_spark
 
     check_lake_writable(settings.lake)
     check_reachable(settings)

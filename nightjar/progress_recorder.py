@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
-from nightjar.errors import summarize_query_error
+from core.errors import summarize_query_error
 
 log = logging.getLogger(__name__)
 

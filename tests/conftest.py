@@ -26,11 +26,14 @@ def broker() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for the whole run (start-up costs seconds; share it)."""
-    from nightjar.config import Settings
-    from nightjar.spark_session import build_spark
+    from core.config import Settings
+    from core.spark_session import build_spark
+    from ingest.delta_source import DeltaDataSource
+    from ingest.kafka_source import KafkaDataSource
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = build_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="nightjar-tests")
+    session = build_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="nightjar-tests",
+                          data_sources=(KafkaDataSource, DeltaDataSource))
     yield session
     session.stop()
 
@@ -45,7 +48,7 @@ def lake(tmp_path: Path) -> Path:
 @pytest.fixture
 def settings(broker, lake: Path):
     """Settings pointing at the session broker and a fresh lake."""
-    from nightjar.config import Settings
+    from core.config import Settings
 
     return Settings(bootstrap=broker.bootstrap, lake=lake, shuffle_partitions=2)
 

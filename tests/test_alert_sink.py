@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 
 from alerts.alert_schema import ALERT_SCHEMA, alert_id, alert_id_column
 from alerts.alert_sink import AlertDeliveryError, alert_from_json, close_producers, publish_alerts
-from nightjar.config import TABLE_ALERTS
+from core.config import TABLE_ALERTS
 
 NIGHTJAR = Path(sys.executable).parent / "nightjar"
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC)
@@ -62,8 +62,8 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 20.0) -> list[tuple
     """Every (key, value) on ``topic``, read from the beginning to the end of each partition."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+    from core.config import Settings
     from ingest.embedded_broker import list_topics
-    from nightjar.config import Settings
 
     partitions = list_topics(Settings(bootstrap=bootstrap)).get(topic, 0)
     if not partitions:

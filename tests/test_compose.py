@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from core.config import ALL_TOPICS, ENV_BOOTSTRAP, ENV_LAKE, ENV_SPARK_MASTER
 from nightjar.cli import build_parser
-from nightjar.config import ALL_TOPICS, ENV_BOOTSTRAP, ENV_LAKE, ENV_SPARK_MASTER
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "compose.yaml").read_text())

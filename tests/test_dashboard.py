@@ -14,6 +14,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+from core.config import TABLE_BRONZE, TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS, Settings
+from core.errors import UserError
 from dashboard.queries import (
     LEASE_COLUMNS,
     current_leases,
@@ -23,8 +25,6 @@ from dashboard.queries import (
     progress_history,
     table_overview,
 )
-from nightjar.config import TABLE_BRONZE, TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS, Settings
-from nightjar.errors import UserError
 from nightjar.progress_recorder import PROGRESS_SCHEMA
 
 T0 = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)

@@ -8,8 +8,8 @@ import json
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from core.lake import row_count, table_dataset
 from ingest.delta_sink import committed_batch, file_stats, write_batch
-from nightjar.lake import row_count, table_dataset
 
 
 def test_a_replayed_batch_writes_nothing(spark, lake):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from core.lake import row_count
 from ingest.embedded_broker import free_port
-from nightjar.lake import row_count
 
 REPO = Path(__file__).resolve().parent.parent
 

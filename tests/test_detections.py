@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from alerts.rule_loader import BUILTIN_RULES
+from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
+from core.lake import table_dataset
 from ingest.embedded_broker import EmbeddedBroker, free_port
-from nightjar.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
-from nightjar.lake import table_dataset
 from nightjar.pipeline import QUERY_DETECT, QUERY_EVENTS, Trigger, run_pipeline
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,8 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import write_deltalake
 
-from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.config import (
+from core.config import (
     RAW_TOPICS,
     TABLE_DHCP_SESSIONS,
     TABLE_EVENTS,
@@ -26,7 +25,8 @@ from nightjar.config import (
     TOPIC_RAW_ZEEK,
     Settings,
 )
-from nightjar.lake import row_count, table_dataset
+from core.lake import row_count, table_dataset
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 
 X = "10.10.0.23"
 MAC_A, MAC_B = "aa:aa:aa:00:00:01", "bb:bb:bb:00:00:02"

@@ -9,8 +9,7 @@ import signal
 import pytest
 from confluent_kafka import Producer
 
-from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.config import (
+from core.config import (
     RAW_TOPICS,
     TABLE_EVENTS,
     TABLE_QUARANTINE,
@@ -18,7 +17,8 @@ from nightjar.config import (
     TOPIC_RAW_ZEEK,
     Settings,
 )
-from nightjar.lake import table_dataset
+from core.lake import table_dataset
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 from tests import test_parse_dhcpd, test_parse_sshd, test_parse_syslog, test_parse_zeek
 
 # Every hand-written sample except the one whose @timestamp is, by design, the record's arrival time.

@@ -379,8 +379,8 @@ def _consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.
 def test_kafka_output_matches_the_file_output_and_the_lake_gets_reference_tables_and_ground_truth(tmp_path):
     from deltalake import DeltaTable
 
+    from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
     from ingest.embedded_broker import EmbeddedBroker, free_port
-    from nightjar.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
 
     common = ["--events", "4000", "--seed", "21", "--hosts", "50", "--users", "25", "--start", "2026-01-06T09:00:00Z",
               "--quiet"]
@@ -430,8 +430,8 @@ def test_kafka_output_matches_the_file_output_and_the_lake_gets_reference_tables
 def test_every_generated_line_parses_with_zero_quarantine(spark, tmp_path):
     from pyspark.sql import functions as F
 
+    from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
     from ingest.normalize import parse_records, to_quarantine
-    from nightjar.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
 
     # All scenarios plus a background that includes DHCP arrivals, releases and visitors.
     opts = Options(seed=3, hosts=60, users=30, start=MONDAY + 7.5 * 3600, events=8000,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from deltalake import DeltaTable
 
+from core.lake import row_count, table_dataset
+from core.maintenance import maintain_table
 from ingest.delta_sink import committed_batch, write_batch
-from nightjar.lake import row_count, table_dataset
-from nightjar.maintenance import maintain_table
 
 
 def test_compaction_zorder_and_vacuum_keep_rows_and_app_transactions(spark, lake):

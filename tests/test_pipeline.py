@@ -14,8 +14,7 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.config import (
+from core.config import (
     RAW_TOPICS,
     TABLE_BRONZE,
     TABLE_EVENTS,
@@ -24,8 +23,9 @@ from nightjar.config import (
     TOPIC_RAW_SYSLOG,
     TOPIC_RAW_ZEEK,
 )
-from nightjar.errors import DataLossError
-from nightjar.lake import row_count, table_dataset
+from core.errors import DataLossError
+from core.lake import row_count, table_dataset
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 from nightjar.pipeline import QUERIES, Trigger, parse_interval, run_pipeline
 from tests.kafka_records import produce
 

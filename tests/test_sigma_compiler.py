@@ -25,6 +25,7 @@ from sigma.rule import SigmaRule
 
 from alerts.field_mapping import SIGMA_TO_ECS, ecs_path
 from alerts.sigma_compiler import RuleCompileError, compile_detection, sql_string
+from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.reference_data import (
     SCHEMAS,
     ReferenceData,
@@ -35,7 +36,6 @@ from enrich.reference_data import (
 )
 from enrich.static_joins import enrich_static
 from ingest.ecs_schema import ECS_SCHEMA
-from nightjar.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 
 B64_WHOAMI = base64.b64encode(b"sh -c 'whoami; id'").decode()
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.reference_data import SCHEMAS, ReferenceCache, prepare_networks
 from enrich.static_joins import enrich_static, ipv4_to_long
-from nightjar.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from tests.parse_helpers import INGESTED, get
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from nightjar.config import KNOWN_TABLES, Settings
-from nightjar.errors import UserError
+from core.config import KNOWN_TABLES, Settings
+from core.errors import UserError
 
 
 def is_delta_table(path: Path) -> bool:

@@ -18,8 +18,8 @@ import time
 import uuid
 from pathlib import Path
 
-from nightjar.config import Settings
-from nightjar.errors import UserError
+from core.config import Settings
+from core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,17 +87,18 @@ def _raw_consume(settings: Settings, topics: tuple[str, str], n: int) -> float:
 
 
 def _pipeline(settings: Settings, topics: tuple[str, str], n: int, lake: Path, max_per_trigger: int) -> tuple[float, float, int]:
+    from core.lake import row_count
+    from core.spark_session import build_spark
     from ingest.delta_sink import write_batch
-    from nightjar.lake import row_count
-    from nightjar.pipeline import kafka_stream, to_bronze
-    from nightjar.spark_session import build_spark
+    from ingest.kafka_source import read_kafka
+    from nightjar.pipeline import to_bronze
 
     settings = settings.with_(lake=lake, max_offsets_per_trigger=max_per_trigger)
     spark = build_spark(settings, app_name="nightjar-bench-ingest")
     path = lake / "bronze"
     started = time.monotonic()
     query = (
-        to_bronze(kafka_stream(spark, settings, topics)).writeStream.queryName("bench_bronze")
+        to_bronze(read_kafka(spark, settings, topics)).writeStream.queryName("bench_bronze")
         .foreachBatch(lambda df, batch_id: write_batch(df, path, "bench", batch_id))
         .option("checkpointLocation", str(lake / "_checkpoints" / "bench"))
         .trigger(availableNow=True).start()

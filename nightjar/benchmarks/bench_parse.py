@@ -23,8 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
-from nightjar.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
-from nightjar.errors import UserError
+from core.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
+from core.errors import UserError
 
 BAD_LINES = (b"not syslog at all", b'{"_path":"conn","ts":15219', b"\xff\xfe\x00 binary", b"")
 
@@ -91,11 +91,12 @@ def _produce(settings: Settings, topics: dict[str, str], records: list[tuple[str
 
 def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], lake: Path,
                  max_per_trigger: int) -> tuple[float, float, int, int, int]:
+    from core.lake import row_count
     from ingest.delta_sink import write_batch
     from ingest.embedded_broker import ensure_topics
+    from ingest.kafka_source import read_kafka
     from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
-    from nightjar.lake import row_count
-    from nightjar.pipeline import kafka_stream, to_bronze
+    from nightjar.pipeline import to_bronze
 
     suffix = uuid.uuid4().hex[:6]
     topics = {"syslog": f"bench.parse.syslog.{suffix}", "zeek": f"bench.parse.zeek.{suffix}"}
@@ -112,7 +113,7 @@ def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], la
         finally:
             df.unpersist()
 
-    parsed = deduplicate(parse_records(to_bronze(kafka_stream(spark, settings, tuple(topics.values()))),
+    parsed = deduplicate(parse_records(to_bronze(read_kafka(spark, settings, tuple(topics.values()))),
                                        max_record_bytes=settings.max_record_bytes), settings.dedup_delay)
     started = time.monotonic()
     query = (parsed.writeStream.queryName("bench_events").foreachBatch(write)
@@ -131,7 +132,7 @@ def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], la
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from nightjar.spark_session import build_spark
+    from core.spark_session import build_spark
 
     if args.events <= 0 or args.max_offsets_per_trigger <= 0 or not 0 <= args.bad_percent <= 100:
         raise UserError("--events and --max-offsets-per-trigger must be positive, --bad-percent 0..100",

@@ -18,9 +18,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightjar.config import VACUUM_RETENTION_HOURS, ZORDER_COLUMNS, Settings
-from nightjar.errors import UserError
-from nightjar.lake import list_tables
+from core.config import VACUUM_RETENTION_HOURS, ZORDER_COLUMNS, Settings
+from core.errors import UserError
+from core.lake import list_tables
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.config import Settings
+from core.errors import UserError
 from generator.command import generate
 from generator.engine import Options
 from generator.scenarios import SCENARIOS
 from generator.sinks import FileSink, KafkaSink
-from nightjar.config import Settings
-from nightjar.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

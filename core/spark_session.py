@@ -5,19 +5,24 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from nightjar.config import Settings
+from core.config import Settings
 
 log = logging.getLogger(__name__)
 
 LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
 
 
-def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False) -> SparkSession:
-    """Return a Spark session configured for Nightjar and with its Python data sources registered.
+def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False,
+                data_sources: Iterable[type] = ()) -> SparkSession:
+    """Return a Spark session configured for Nightjar, with the given Python data sources registered.
+
+    The stages register their own sources where they read them (``ingest.kafka_source.read_kafka``,
+    ``ingest.delta_source.read_delta_stream``); this module imports none of them.
 
     UTC everywhere (log timestamps and Delta files must not depend on the machine's zone); few shuffle
     partitions because micro-batches are small; the Python workers use this interpreter so that the
@@ -44,15 +49,8 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         .config("spark.sql.streaming.metricsEnabled", "true")
     )
     spark = builder.getOrCreate()
-    register_data_sources(spark)
+    for source in data_sources:
+        spark.dataSource.register(source)
     log.info("spark session ready: master=%s version=%s", settings.spark_master, spark.version)
     return spark
 
-
-def register_data_sources(spark: SparkSession) -> None:
-    """Register Nightjar's Python data sources (Kafka) with ``spark``."""
-    from ingest.delta_source import DeltaDataSource
-    from ingest.kafka_source import KafkaDataSource
-
-    spark.dataSource.register(KafkaDataSource)
-    spark.dataSource.register(DeltaDataSource)

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from nightjar.config import TABLE_EVENTS, TABLE_NETWORKS, TABLE_PIPELINE_PROGRESS, Settings
-from nightjar.errors import UserError
+from core.config import TABLE_EVENTS, TABLE_NETWORKS, TABLE_PIPELINE_PROGRESS, Settings
+from core.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from core.config import RAW_TOPICS
+    from core.lake import table_dataset
     from generator.command import add_arguments as generator_arguments
     from generator.command import generate, options_from_args
     from generator.organization import build_organization
     from generator.reference_tables import write_lake
     from generator.sinks import KafkaSink
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-    from nightjar.config import RAW_TOPICS
-    from nightjar.lake import table_dataset
     from nightjar.pipeline import QUERIES, Trigger, run_pipeline
 
     if args.duration <= 0 or args.max_offsets_per_trigger <= 0:
@@ -119,7 +119,7 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
             sink.close()
 
     def watch() -> None:  # the events query has consumed everything produced: stop the pipeline
-        from nightjar.lake import table_dataset
+        from core.lake import table_dataset
 
         gen.join()
         total = produced[0] if produced else 0
