@@ -75,13 +75,23 @@ from sigma.correlations import (
     SigmaRuleReference,
 )
 
-from alerts.alert_schema import ENTITY_TYPE, ENTITY_TYPES, MAX_EVIDENCE
+from alerts.alert_schema import ENTITY_TYPES, MAX_EVIDENCE
+from alerts.window_aggregator import (
+    GROUP,
+    WATERMARK_METADATA_KEY,
+    WindowedRule,
+    candidates,
+    items_of,
+    parse_span_us,
+    run_windowed,
+)
 from ingest.normalize import EVENT_TIME_COLUMN
 
 __all__ = [
     "CorrelationCompileError",
     "SUPPORTED_TYPES",
     "compile_correlation",
+    "correlation_rule",
     "correlation_watermark_column",
     "describe",
     "rule_id_of",
@@ -107,7 +117,6 @@ _OPS: dict[SigmaCorrelationConditionOperator, tuple[str, Callable[[Column, Colum
 }
 _MONOTONE_OPS = (SigmaCorrelationConditionOperator.GT, SigmaCorrelationConditionOperator.GTE)
 
-WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks a watermarked column with this metadata
 TIMESTAMP_FIELD = "@timestamp"
 EVENT_ID_FIELD = "event.id"
 HOST_FIELD = "host.name"
@@ -372,15 +381,40 @@ def compile_correlation(
     ``_event_time``. Raises :class:`CorrelationCompileError` for an unsupported type or condition, a missing
     group-by or condition field, or an unknown referenced rule; applying the result raises it too when the
     events lack a field the rule reads or a predicate does not resolve against them.
+
+    The function runs the rule alone through the shared aggregation (:mod:`alerts.window_aggregator`);
+    :func:`correlation_rule` gives the :class:`~alerts.window_aggregator.WindowedRule` the pipeline runs together
+    with every other windowed rule, so both give the same candidates.
     """
     plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction)
 
     def correlate(events: DataFrame) -> DataFrame:
-        return _apply(plan, events)
+        rule = _windowed(plan, events.schema, list(events.columns), plan.rule_id)
+        return run_windowed(_watermarked(plan, events), [rule])
 
     correlate.__name__ = f"correlate_{plan.rule_id}"
     correlate.__doc__ = describe(corr)
     return correlate
+
+
+def correlation_rule(corr: SigmaCorrelationRule, base_predicates: Mapping[str, str], entity_type: str,
+                     schema: StructType, key: str, entity_field: str | None = None, watermark: str = "10 minutes",
+                     slide_fraction: int = 5) -> WindowedRule:
+    """``corr`` as a :class:`~alerts.window_aggregator.WindowedRule` over events of ``schema`` (state key ``key``)."""
+    plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction)
+    return _windowed(plan, schema, list(schema.fieldNames()), key)
+
+
+def _watermarked(plan: _Plan, events: DataFrame) -> DataFrame:
+    if not events.isStreaming:
+        return events
+    if EVENT_TIME_COLUMN not in events.columns:
+        raise plan.fail(f"a streaming input needs the event-time column {EVENT_TIME_COLUMN!r} to watermark on")
+    # Spark refuses to redefine a watermark ("Redefining watermark is disallowed"): an input whose _event_time is
+    # already watermarked upstream keeps that watermark.
+    if WATERMARK_METADATA_KEY in events.schema[EVENT_TIME_COLUMN].metadata:
+        return events
+    return events.withWatermark(EVENT_TIME_COLUMN, plan.watermark)
 
 
 # -------------------------------------------------------------------------------------------------- apply
@@ -417,14 +451,13 @@ def _field_path(schema: StructType, columns: Sequence[str], path: str) -> tuple[
 
 def _number_text(col: Column, integral: bool) -> Column:
     if integral:
-        return col.cast("string")
+        return col.cast("bigint").cast("string")
     # 3 decimals, no thousands separators, trailing zeros dropped: 1234.5, 512000000, 0.25
     return F.regexp_replace(F.regexp_replace(F.format_number(col, 3), ",", ""), r"\.?0+$", "")
 
 
-def _apply(plan: _Plan, events: DataFrame) -> DataFrame:
-    schema, columns = events.schema, events.columns
-    streaming = events.isStreaming
+def _windowed(plan: _Plan, schema: StructType, columns: Sequence[str], key: str) -> WindowedRule:
+    """The plan as a :class:`WindowedRule` over events of ``schema`` (fields resolved and predicates checked)."""
 
     def field(path: str) -> tuple[str, DataType]:
         found = _field_path(schema, columns, path)
@@ -432,219 +465,192 @@ def _apply(plan: _Plan, events: DataFrame) -> DataFrame:
             raise plan.fail(f"field {path!r} is not a column of the events")
         return found
 
-    def optional(path: str) -> Column:
-        found = _field_path(schema, columns, path)
-        return F.col(found[0]).cast("string") if found else F.lit(None).cast("string")
-
-    ts_path = field(TIMESTAMP_FIELD)[0]
-    id_path = field(EVENT_ID_FIELD)[0]
-    if EVENT_TIME_COLUMN in columns:
-        time_col = EVENT_TIME_COLUMN
-    elif streaming:
-        raise plan.fail(f"a streaming input needs the event-time column {EVENT_TIME_COLUMN!r} to watermark on")
-    else:
-        time_col = TIMESTAMP_FIELD  # the events table does not store _event_time: backtests use @timestamp
+    for path in (TIMESTAMP_FIELD, EVENT_ID_FIELD):
+        field(path)
     group_paths = [[field(f)[0] for f in fields] for fields in plan.group_fields]
     value_path, value_type = field(plan.value_field) if plan.value_field else (None, None)
-
-    # Spark refuses to redefine a watermark ("Redefining watermark is disallowed"): an input whose _event_time is
-    # already watermarked upstream keeps that watermark.
-    rewatermark = streaming and WATERMARK_METADATA_KEY not in schema[EVENT_TIME_COLUMN].metadata
-    df = events.withWatermark(EVENT_TIME_COLUMN, plan.watermark) if rewatermark else events
-    n = len(plan.names)
-    value = []
+    matches = _predicates(plan, schema)
+    hits = [F.coalesce(m.cast("boolean"), F.lit(False)) for m in matches]
+    group = []
+    for g, paths in enumerate(group_paths):
+        if len(set(plan.group_fields[g])) == 1:
+            group.append(F.col(paths[0]).cast("string"))
+        else:  # an alias: read the field of the first referenced rule the event matches
+            expr = F.when(hits[0], F.col(paths[0]).cast("string"))
+            for i in range(1, len(paths)):
+                expr = expr.when(hits[i], F.col(paths[i]).cast("string"))
+            group.append(expr)
+    value = amount = item = None
     if value_path is not None:
         if plan.type == T.VALUE_COUNT:
-            value = [F.col(value_path).cast("string").alias("_v")]
-        elif isinstance(value_type, ByteType | ShortType | IntegerType | LongType):
-            value = [F.col(value_path).cast("bigint").alias("_v")]
-        elif isinstance(value_type, DecimalType) and plan.type == T.VALUE_SUM:
-            value = [F.col(value_path).alias("_v")]
+            value = F.col(value_path).cast("string")
+        elif isinstance(value_type, ByteType | ShortType | IntegerType | LongType | DecimalType):
+            amount = F.col(value_path).cast("double")
         else:
-            value = [F.expr(f"try_cast({value_path} AS double)").alias("_v")]
+            amount = F.expr(f"try_cast({value_path} AS double)")
+        if plan.type in (T.VALUE_MEDIAN, T.VALUE_PERCENTILE):
+            item = amount
+    if plan.type in _TEMPORAL_TYPES:
+        bits = F.lit(0)
+        for i, h in enumerate(hits):
+            bits = bits + F.when(h, F.lit(1 << i)).otherwise(F.lit(0))
+        item = F.struct(F.unix_micros(F.col(f"`{TIMESTAMP_FIELD}`")).alias("t"),
+                        F.col(field(EVENT_ID_FIELD)[0]).cast("string").alias("id"), bits.alias("b"))
+    integral = plan.type == T.VALUE_SUM and isinstance(value_type, ByteType | ShortType | IntegerType | LongType
+                                                       | DecimalType)
+    return WindowedRule(
+        key=key, rule_id=plan.rule_id, window_us=parse_span_us(plan.window), slide_us=parse_span_us(plan.slide),
+        matches=matches, group=tuple(group), value=value, amount=amount, item=item,
+        finish=lambda agg: _finish(plan, agg, integral),
+        output_mode="update" if _monotone(plan) else "append",
+    )
+
+
+def _monotone(plan: _Plan) -> bool:
+    if plan.type in _TEMPORAL_TYPES:
+        return True
+    if plan.type in (T.VALUE_AVG, T.VALUE_PERCENTILE, T.VALUE_MEDIAN):
+        return False
+    return plan.extended is None and plan.op in _MONOTONE_OPS
+
+
+def _predicates(plan: _Plan, schema: StructType) -> tuple[Column, ...]:
+    """The base rules' predicates as columns, resolved against the events' schema now, so that a bad rule fails
+    alone when it is compiled rather than the query that runs every rule."""
+    from pyspark.sql import SparkSession
+
     try:
-        matches = [F.coalesce(F.expr(f"({p})").cast("boolean"), F.lit(False)).alias(f"_m{i}")
-                   for i, p in enumerate(plan.predicates)]
-        # Prune to the few columns the aggregation needs before window() copies each row slide_fraction times.
-        matched = df.select(
-            F.col(f"`{time_col}`"),  # as is: it carries the watermark
-            F.coalesce(F.col(ts_path), F.col(f"`{time_col}`")).alias("_ts"),
-            F.col(id_path).cast("string").alias("_id"),
-            optional(HOST_FIELD).alias("_host"),
-            optional(USER_FIELD).alias("_user"),
-            *matches,
-            *value,
-            *[F.col(p).cast("string").alias(f"_f{g}_{i}")
-              for g, paths in enumerate(group_paths) for i, p in enumerate(paths)],
-        )
+        matches = tuple(F.expr(f"({p})") for p in plan.predicates)
+        spark = SparkSession.getActiveSession()
+        if spark is not None:
+            spark.createDataFrame([], schema).select(*matches).schema  # noqa: B018 (analysis only)
     except AnalysisException as e:  # a predicate names a field the events lack, or is not valid SQL
         raise plan.fail(f"a base-rule predicate does not apply to the events: {e}") from e
-
-    hit = [F.col(f"_m{i}") for i in range(n)]
-    keys = []
-    for g in range(len(group_paths)):
-        if len(set(plan.group_fields[g])) == 1:
-            keys.append(F.col(f"_f{g}_0").alias(f"_g{g}"))
-        else:  # an alias: read the field of the first referenced rule the event matches
-            expr = F.when(hit[0], F.col(f"_f{g}_0"))
-            for i in range(1, n):
-                expr = expr.when(hit[i], F.col(f"_f{g}_{i}"))
-            keys.append(expr.alias(f"_g{g}"))
-    keyed = matched.select(F.col(f"`{time_col}`"), "_ts", "_id", "_host", "_user", *hit,
-                           *([F.col("_v")] if value else []), *keys)
-    any_hit = hit[0]
-    for h in hit[1:]:
-        any_hit = any_hit | h
-    wanted = any_hit
-    for g in range(len(group_paths)):
-        wanted = wanted & F.col(f"_g{g}").isNotNull()  # Sigma: events without the group-by value are ignored
-    keyed = keyed.where(wanted)
-
-    grouped = keyed.groupBy(F.window(F.col(f"`{time_col}`"), plan.window, plan.slide).alias("_w"),
-                            *[F.col(f"_g{g}") for g in range(len(group_paths))])
-    aggregated = grouped.agg(*_aggregates(plan)).where(_condition(plan))
-    return aggregated.select(*_candidate_columns(plan, value_type))
+    return matches
 
 
-def _order(*cols: str) -> str:
-    return f"struct({', '.join(cols)})"
+def _ref_items() -> Column:
+    return items_of("struct<t: bigint, id: string, b: int>")
 
 
-def _aggregates(plan: _Plan) -> list[Column]:
+def _condition(plan: _Plan) -> Column:
     n = len(plan.names)
-    # The earliest events' ids in (time, id) order: a bounded top-k, so state does not grow with the burst.
-    aggs = [
-        F.count(F.lit(1)).alias("_n"),
-        F.min("_ts").alias("_first"),
-        F.max("_ts").alias("_last"),
-        F.expr(f"min_by(named_struct('t', _ts, 'id', _id), {_order('_ts', '_id')}, {MAX_EVIDENCE}) "
-               "FILTER (WHERE _id IS NOT NULL)").alias("_ev"),
-        # A representative host/user: that of the earliest event that has one (deterministic, unlike first()).
-        F.expr(f"min_by(_host, {_order('_host IS NULL', '_ts', '_id')})").alias("_host"),
-        F.expr(f"min_by(_user, {_order('_user IS NULL', '_ts', '_id')})").alias("_user"),
-    ]
-    if plan.type == T.VALUE_COUNT:
-        aggs.append(F.size(F.collect_set("_v")).alias("_val"))
-    elif plan.type == T.VALUE_SUM:
-        aggs.append(F.try_sum("_v").alias("_val"))  # null on overflow instead of failing the stream
-    elif plan.type == T.VALUE_AVG:
-        aggs.append(F.avg("_v").alias("_val"))
-    elif plan.type == T.VALUE_MEDIAN:
-        aggs.append(F.percentile_approx("_v", 0.5).alias("_val"))
-    elif plan.type == T.VALUE_PERCENTILE:
-        aggs.append(F.percentile_approx("_v", plan.percentile / 100).alias("_val"))
-    elif plan.type in _TEMPORAL_TYPES:
-        share = max(1, MAX_EVIDENCE // n)  # evidence from every referenced rule, not just the noisiest one
-        ordered = plan.type == T.TEMPORAL_ORDERED
+    refs = F.col("refs")
+
+    def matched(i: int) -> Column:
+        return (F.coalesce(refs, F.lit(0)).bitwiseAND(F.lit(1 << i))) != 0
+
+    if plan.type == T.TEMPORAL_ORDERED:
+        return _ordered_chain(n)
+    if plan.extended is not None:
+        return _extended(plan.extended, plan.names, matched)
+    if plan.type == T.EVENT_COUNT:
+        subject = F.col("n")
+    elif plan.type == T.TEMPORAL:
+        subject = F.lit(0)
         for i in range(n):
-            aggs.append(F.count_if(f"_m{i}").alias(f"_c{i}"))
-            # For temporal_ordered the last rule's latest events are the ones that prove the order.
-            pick = "max_by" if ordered and n > 1 and i == n - 1 else "min_by"
-            aggs.append(F.expr(f"{pick}(named_struct('t', _ts, 'id', _id), {_order('_ts', '_id')}, {share}) "
-                               f"FILTER (WHERE _m{i} AND _id IS NOT NULL)").alias(f"_e{i}"))
-        if ordered and n > 1:
-            aggs.append(F.expr("min(_ts) FILTER (WHERE _m0)").alias("_t_first"))
-            aggs.append(F.expr(f"max(_ts) FILTER (WHERE _m{n - 1})").alias("_t_last"))
-            # Middle rules need every time to find the earliest one after the previous step (exact greedy
-            # chain); two-rule correlations, the common case, keep only a min and a max.
-            for i in range(1, n - 1):
-                aggs.append(F.expr(f"collect_list(_ts) FILTER (WHERE _m{i})").alias(f"_l{i}"))
-    return aggs
+            subject = subject + F.when(matched(i), 1).otherwise(0)
+    elif plan.type == T.VALUE_COUNT:
+        subject = F.size(F.col("vset"))
+    else:
+        subject = _value(plan)
+    return F.coalesce(_OPS[plan.op][1](subject, F.lit(plan.threshold)), F.lit(False))
+
+
+def _value(plan: _Plan) -> Column:
+    if plan.type == T.VALUE_SUM:
+        return F.col("vsum")
+    if plan.type == T.VALUE_AVG:
+        return F.try_divide(F.col("vsum"), F.col("nx"))
+    p = 0.5 if plan.type == T.VALUE_MEDIAN else plan.percentile / 100
+    values = F.array_sort(items_of("double"))
+    # nearest rank, like percentile_approx over a small window: the smallest value with p of the values at or below
+    rank = F.greatest(F.lit(1), F.ceil(F.size(values) * F.lit(p)).cast("int"))
+    return F.when(F.size(values) > 0, F.element_at(values, rank))
 
 
 def _ordered_chain(n: int) -> Column:
     """True when times t0 < t1 < … < t(n-1) exist with t_i from rule i's events (greedy: earliest each step)."""
+    items = _ref_items()
+
+    def times(i: int) -> Column:
+        return F.transform(F.filter(items, _has_bit(i)), lambda x: x["t"])
+
     if n == 1:
-        return F.col("_c0") > 0
-    def after(previous: Column) -> Callable[[Column], Column]:
-        return lambda x: x > previous  # one-argument lambda: F.filter would read a second one as the index
-
-    t = F.col("_t_first")
+        return F.size(times(0)) > 0
+    t = F.array_min(times(0))
     for i in range(1, n - 1):
-        t = F.array_min(F.filter(F.col(f"_l{i}"), after(t)))
-    return F.coalesce(F.col("_t_last") > t, F.lit(False))
+        t = F.array_min(F.filter(times(i), _after(t)))
+    return F.coalesce(F.array_max(times(n - 1)) > t, F.lit(False))
 
 
-def _extended(node: CorrelationConditionItem | SigmaRuleReference, names: Sequence[str]) -> Column:
+def _has_bit(i: int) -> Callable[[Column], Column]:
+    return lambda x: (x["b"].bitwiseAND(F.lit(1 << i))) != 0
+
+
+def _after(previous: Column) -> Callable[[Column], Column]:
+    return lambda x: x > previous  # one-argument lambda: F.filter would read a second one as the index
+
+
+def _extended(node: CorrelationConditionItem | SigmaRuleReference, names: Sequence[str],
+              matched: Callable[[int], Column]) -> Column:
     if isinstance(node, SigmaRuleReference):
-        return F.col(f"_c{names.index(node.reference)}") > 0
+        return matched(names.index(node.reference))
     assert isinstance(node, CorrelationConditionAND | CorrelationConditionOR)  # `not` rejected by _plan
-    parts = [_extended(a, names) for a in node.args]
+    parts = [_extended(a, names, matched) for a in node.args]
     out = parts[0]
     for p in parts[1:]:
         out = (out & p) if isinstance(node, CorrelationConditionAND) else (out | p)
     return out
 
 
-def _rules_matched(n: int) -> Column:
-    total = F.lit(0)
-    for i in range(n):
-        total = total + F.when(F.col(f"_c{i}") > 0, 1).otherwise(0)
-    return total
-
-
-def _condition(plan: _Plan) -> Column:
-    n = len(plan.names)
-    if plan.type == T.TEMPORAL_ORDERED:
-        return _ordered_chain(n)
-    if plan.extended is not None:
-        return _extended(plan.extended, plan.names)
-    subject = (F.col("_n") if plan.type == T.EVENT_COUNT
-               else _rules_matched(n) if plan.type == T.TEMPORAL
-               else F.col("_val"))
-    return F.coalesce(_OPS[plan.op][1](subject, F.lit(plan.threshold)), F.lit(False))
-
-
-def _detail(plan: _Plan, value_type: DataType | None) -> Column:
+def _detail(plan: _Plan, integral: bool) -> Column:
+    refs = F.coalesce(F.col("refs"), F.lit(0))
     if plan.type == T.EVENT_COUNT:
-        text = F.concat(F.col("_n").cast("string"), F.lit(" events"))
+        text = F.concat(F.col("n").cast("string"), F.lit(" events"))
     elif plan.type == T.VALUE_COUNT:
-        text = F.concat(F.col("_val").cast("string"), F.lit(f" distinct {plan.value_field}"))
+        text = F.concat(F.size(F.col("vset")).cast("string"), F.lit(f" distinct {plan.value_field}"))
     elif plan.type in (T.VALUE_SUM, T.VALUE_AVG, T.VALUE_MEDIAN, T.VALUE_PERCENTILE):
         word = {T.VALUE_SUM: "sum", T.VALUE_AVG: "avg", T.VALUE_MEDIAN: "median",
                 T.VALUE_PERCENTILE: f"p{plan.percentile}"}[plan.type]
-        integral = plan.type == T.VALUE_SUM and isinstance(value_type, ByteType | ShortType | IntegerType
-                                                           | LongType | DecimalType)
-        text = F.concat(F.lit(f"{word} {plan.value_field} "), _number_text(F.col("_val"), integral))
+        text = F.concat(F.lit(f"{word} {plan.value_field} "), _number_text(_value(plan), integral))
     else:
         # The rules that matched, in the rule's order ("ssh_failed then ssh_success").
         sep = " then " if plan.type == T.TEMPORAL_ORDERED else " and "
-        text = F.concat_ws(sep, *[F.when(F.col(f"_c{i}") > 0, F.lit(name)) for i, name in enumerate(plan.names)])
+        text = F.concat_ws(sep, *[F.when(refs.bitwiseAND(F.lit(1 << i)) != 0, F.lit(name))
+                                  for i, name in enumerate(plan.names)])
     others = [g for g in range(len(plan.group_by)) if g != plan.entity_index]
     if others:  # the other group-by values are part of what was found ("… (destination.port=22)")
-        pairs = F.concat_ws(", ", *[F.concat(F.lit(f"{plan.group_by[g]}="), F.col(f"_g{g}")) for g in others])
+        pairs = F.concat_ws(", ", *[F.concat(F.lit(f"{plan.group_by[g]}="), F.element_at(F.col(GROUP), g + 1))
+                                    for g in others])
         text = F.concat(text, F.lit(" ("), pairs, F.lit(")"))
     return text
 
 
-def _evidence(plan: _Plan) -> Column:
-    if plan.type in _TEMPORAL_TYPES:
-        # Each rule's share first, then fill up with the window's earliest events; keep MAX_EVIDENCE; time order.
-        merged = F.concat(*[F.coalesce(F.col(f"_e{i}"), F.array()) for i in range(len(plan.names))],
-                          F.coalesce(F.col("_ev"), F.array()))
-        picked = F.array_sort(F.slice(F.array_distinct(merged), 1, MAX_EVIDENCE))
-    else:
-        picked = F.col("_ev")  # min_by(…, k) is already in ascending (time, id) order
-    return F.coalesce(F.transform(picked, lambda x: x["id"]), F.array().cast(ArrayType(StringType())))
+def _evidence(plan: _Plan) -> Column | None:
+    """Temporal rules: each referenced rule's share of the evidence first (for ``temporal_ordered`` the last rule's
+    latest events, which prove the order), then the window's earliest events; at most MAX_EVIDENCE, time order."""
+    if plan.type not in _TEMPORAL_TYPES:
+        return None
+    n = len(plan.names)
+    share = max(1, MAX_EVIDENCE // n)
+    ordered = plan.type == T.TEMPORAL_ORDERED
+    items = F.array_sort(F.transform(_ref_items(), lambda x: F.struct(x["t"].alias("t"), x["id"].alias("id"),
+                                                                       x["b"].alias("b"))))
+    parts = []
+    for i in range(n):
+        mine = F.transform(F.filter(items, _has_bit(i)), lambda x: F.struct(x["t"].alias("t"), x["id"].alias("id")))
+        if ordered and n > 1 and i == n - 1:
+            parts.append(F.slice(mine, F.greatest(F.lit(1), F.size(mine) - F.lit(share) + 1), share))
+        else:
+            parts.append(F.slice(mine, 1, share))
+    earliest = F.coalesce(F.transform(F.col("ev"), lambda x: F.struct(F.unix_micros(x["t"]).alias("t"),
+                                                                       x["id"].alias("id"))), F.array())
+    merged = F.concat(*[F.coalesce(p, F.array()) for p in parts], earliest)
+    picked = F.array_sort(F.slice(F.array_distinct(merged), 1, MAX_EVIDENCE))
+    return F.transform(picked, lambda x: x["id"]).cast(ArrayType(StringType()))
 
 
-def _candidate_columns(plan: _Plan, value_type: DataType | None) -> list[Column]:
-    epoch = F.lit(_EPOCH)
-    start, end = F.col("_w.start"), F.col("_w.end")
-    # coalesce/cast only make Spark's schema say NOT NULL / nullable exactly as CANDIDATE_SCHEMA does.
-    columns = [
-        F.lit(plan.rule_id).alias("rule_id"),
-        F.struct(F.lit(plan.entity_type).alias("type"),
-                 F.col(f"_g{plan.entity_index}").alias("value")).cast(ENTITY_TYPE).alias("entity"),
-        F.coalesce(start, epoch).alias("window_start"),
-        F.coalesce(end, epoch).alias("window_end"),
-        F.coalesce(F.col("_first"), start, epoch).alias("first_seen"),
-        F.coalesce(F.col("_last"), end, epoch).alias("last_seen"),
-        # a streaming aggregate's count comes back from the state store as nullable
-        F.coalesce(F.col("_n"), F.lit(0)).cast(LongType()).alias("event_count"),
-        _evidence(plan).cast(ArrayType(StringType())).alias("evidence"),
-        F.col("_host").alias("host_name"),
-        F.col("_user").alias("user_name"),
-        F.nullif(_detail(plan, value_type), F.lit("")).alias("detail"),  # nullable, like the schema
-    ]
-    return columns
+def _finish(plan: _Plan, aggregated: DataFrame, integral: bool) -> DataFrame:
+    return candidates(aggregated, plan.rule_id, plan.entity_type, plan.entity_index, condition=_condition(plan),
+                      detail=_detail(plan, integral), evidence_ids=_evidence(plan))

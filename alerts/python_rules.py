@@ -196,6 +196,33 @@ def _instant(value: Any) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
+@dataclass(frozen=True)
+class Windowed:
+    """A Python rule's windowed aggregation, run by the pipeline's shared aggregation with every other windowed
+    rule (:mod:`alerts.window_aggregator`): one pass over the events for all of them, and the same code in
+    backtests and rule samples.
+
+    ``where``: the events the rule reads; ``group_by``: the entity (and any further group values, as strings);
+    windows of ``window`` every ``slide`` (default: tumbling) of event time; ``item``: a column collected per
+    event into ``items`` (read it back with :func:`alerts.window_aggregator.items_of`); ``finish(aggregated)``:
+    row-wise, the aggregated rows (``_g`` group values, ``_w`` window, ``n``, ``first``, ``last``, ``ev``, ``host``,
+    ``user``, ``items`` …) to candidates, typically with :func:`alerts.window_aggregator.candidates`.
+    """
+
+    window: str
+    where: Column
+    group_by: tuple[Column, ...]
+    finish: Callable[[DataFrame], DataFrame]
+    slide: str | None = None
+    item: Column | None = None
+
+    def to_rule(self, rule_id: str, key: str | None = None, output_mode: str = "update"):
+        from alerts.window_aggregator import build
+
+        return build(key or rule_id, rule_id, self.window, self.slide, matches=(self.where,),
+                     group=tuple(self.group_by), finish=self.finish, item=self.item, output_mode=output_mode)
+
+
 @dataclass(frozen=True, eq=False)
 class PythonRule:
     """One Python rule: metadata + ``detect(events) -> candidates`` + samples. Validated when created.
@@ -213,6 +240,9 @@ class PythonRule:
     description: str = ""
     output_mode: str = "update"
     source: Path | None = None
+    # A windowed rule: a zero-argument function returning its Windowed spec (called when Spark runs, not at import,
+    # so rule files import without a Spark session); ``detect`` then runs that spec alone.
+    windowed: Callable[[], Windowed] | None = None
 
     def __post_init__(self) -> None:
         rule_id = self.id if isinstance(self.id, str) and self.id else None
@@ -237,6 +267,10 @@ class PythonRule:
         if bad:
             fail(f"tag {bad[0]!r} is not a non-empty string without spaces")
         object.__setattr__(self, "tags", tags)
+        if self.windowed is not None:
+            if not callable(self.windowed):
+                fail("windowed must be a function returning the rule's Windowed spec")
+            object.__setattr__(self, "detect", _windowed_detect(self.id, self.windowed, self.output_mode))
         if not callable(self.detect):
             fail(f"detect is not callable (got {type(self.detect).__name__})")
         try:
@@ -258,8 +292,30 @@ class PythonRule:
     def __call__(self, events: DataFrame) -> DataFrame:
         return self.detect(events)
 
+    def windowed_rule(self, key: str | None = None):
+        """The :class:`~alerts.window_aggregator.WindowedRule` of a windowed rule (state key ``key``), else None."""
+        if self.windowed is None:
+            return None
+        spec = self.windowed()
+        if not isinstance(spec, Windowed):
+            raise PythonRuleError(f"windowed() returned {type(spec).__name__}, not a Windowed spec", rule_id=self.id)
+        return spec.to_rule(self.id, key, self.output_mode)
+
     def __repr__(self) -> str:
         return f"PythonRule(id={self.id!r}, severity={self.severity!r}, source={self.source})"
+
+
+def _unset_detect(events: DataFrame) -> DataFrame:  # replaced in __post_init__ for windowed rules
+    raise NotImplementedError
+
+
+def _windowed_detect(rule_id: str, spec: Callable[[], Windowed], output_mode: str) -> Callable[[DataFrame], DataFrame]:
+    def detect(events: DataFrame) -> DataFrame:
+        from alerts.window_aggregator import run_windowed
+
+        return run_windowed(with_event_time(events), [spec().to_rule(rule_id, output_mode=output_mode)])
+
+    return detect
 
 
 def _calling_module() -> str | None:
@@ -273,13 +329,19 @@ def _calling_module() -> str | None:
 
 def python_rule(*, id: str, name: str, severity: str, tags: Iterable[str], entity_type: str,  # noqa: A002
                 samples: Samples | Mapping[str, Any], description: str | None = None,
-                output_mode: str = "update") -> Callable[[Callable[[DataFrame], DataFrame]], PythonRule]:
+                output_mode: str = "update", windowed: bool = False
+                ) -> Callable[[Callable[..., Any]], PythonRule]:
     """Decorator: turn ``detect(events) -> candidates`` into a :class:`PythonRule` (description defaults to the
-    function's docstring)."""
+    function's docstring). With ``windowed=True`` the decorated function takes no argument and returns the rule's
+    :class:`Windowed` spec: the pipeline then runs it in its shared windowed aggregation."""
 
-    def wrap(detect: Callable[[DataFrame], DataFrame]) -> PythonRule:
-        doc = description if description is not None else (inspect.getdoc(detect) or "")
-        return PythonRule(id=id, name=name, severity=severity, tags=tags, entity_type=entity_type, detect=detect,
+    def wrap(fn: Callable[..., Any]) -> PythonRule:
+        doc = description if description is not None else (inspect.getdoc(fn) or "")
+        if windowed:
+            return PythonRule(id=id, name=name, severity=severity, tags=tags, entity_type=entity_type,
+                              detect=_unset_detect, samples=samples, description=doc, output_mode=output_mode,
+                              windowed=fn)
+        return PythonRule(id=id, name=name, severity=severity, tags=tags, entity_type=entity_type, detect=fn,
                           samples=samples, description=doc, output_mode=output_mode)
 
     return wrap

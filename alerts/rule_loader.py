@@ -46,8 +46,6 @@ BUILTIN_RULES = Path(__file__).resolve().parent / "rule_pack"
 DEFAULT_CORRELATION_WATERMARK = "10 minutes"
 
 _LEVELS = {"informational": "low", "low": "low", "medium": "medium", "high": "high", "critical": "critical"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class RuleError(Exception):
@@ -87,6 +85,9 @@ class Rule:
     description: str = ""
     origin: object = None  # the PythonRule of a Python rule (its samples run through its own harness)
     output_mode: str = "update"  # streaming output mode of a stateful rule's query
+    # Stateful rules the shared windowed aggregation runs (alerts/window_aggregator.py); None for a Python rule
+    # with its own detect(), which runs in a query of its own.
+    windowed: object = None
 
     @property
     def rule_id(self) -> str:
@@ -94,13 +95,10 @@ class Rule:
 
 
 def parse_duration(text: str | int | float, what: str) -> float:
-    """``90`` / ``"90s"`` / ``"5m"`` / ``"1h"`` / ``"1d"`` -> seconds."""
-    if isinstance(text, int | float):
-        return float(text)
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"{what} must look like 30s, 5m, 1h or 1d, not {text!r}")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    """``90`` / ``"90s"`` / ``"5m"`` / ``"1h"`` / ``"1d"`` / ``"10 minutes"`` -> seconds (:mod:`core.durations`)."""
+    from core.durations import parse_duration as parse
+
+    return parse(text, what)
 
 
 def attack_tags(tags: Iterable[object]) -> tuple[str, ...]:
@@ -236,7 +234,7 @@ def load_rules(paths: Iterable[Path], schema: StructType,
     from sigma.correlations import SigmaCorrelationRule
     from sigma.rule import SigmaRule
 
-    from alerts.correlation_compiler import compile_correlation, update_mode_safe
+    from alerts.correlation_compiler import compile_correlation, correlation_rule, update_mode_safe
     from alerts.sigma_compiler import compile_detection
 
     errors: list[RuleError] = []
@@ -302,11 +300,14 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             meta = _meta(corr, rid, nj, f, count_merge="max")
             detect = compile_correlation(corr, predicates, entity_type=etype, entity_field=efield,
                                          watermark=correlation_watermark)
-            rules.append(Rule(meta, "correlation", f, _digest(*digests), etype, detect,
+            digest_all = _digest(*digests)
+            windowed = correlation_rule(corr, predicates, etype, schema, key=f"{rid}@{digest_all}",
+                                        entity_field=efield, watermark=correlation_watermark)
+            rules.append(Rule(meta, "correlation", f, digest_all, etype, detect,
                               _samples(nj.get("samples"), f, rid), stateful=True,
                               description=str(getattr(corr, "description", "") or ""),
                               # a "fewer than" condition is only true once the window has closed
-                              output_mode="update" if update_mode_safe(corr) else "append"))
+                              output_mode="update" if update_mode_safe(corr) else "append", windowed=windowed))
         except RuleError as exc:
             errors.append(exc)
         except Exception as exc:  # a compile error names the problem; the file and rule are added here
@@ -368,9 +369,15 @@ def _load_python(f: Path, digest: str, errors: list[RuleError]) -> list[Rule]:
                         suppress_s=float(getattr(pr, "suppress_s", DEFAULT_SUPPRESS_S)), count_merge="max")
         samples = Samples(tuple(Sample(x) for x in pr.samples.positive), tuple(Sample(x) for x in pr.samples.negative),
                           {k: list(v) for k, v in pr.samples.reference.items()})
-        # Python rules aggregate over windows (their own query, update mode): stateful.
+        # Python rules aggregate over windows: stateful. A windowed one joins the shared aggregation.
+        try:
+            windowed = pr.windowed_rule(key=f"{pr.id}@{digest}")
+        except Exception as exc:
+            errors.append(RuleError(f, pr.id, f"its windowed spec does not build: {_one_line(exc)}"))
+            continue
         out.append(Rule(meta, "python", f, digest, pr.entity_type, pr.detect, samples, stateful=True,
-                        description=pr.description or "", origin=pr, output_mode=pr.output_mode))
+                        description=pr.description or "", origin=pr, output_mode=pr.output_mode,
+                        windowed=windowed))
     return out
 
 

@@ -305,7 +305,7 @@ def test_loader_errors_name_the_file_the_rule_and_the_problem_in_one_line(tmp_pa
 
 def test_a_rule_imported_from_another_rule_file_belongs_to_that_file(tmp_path, rules):
     path = write(tmp_path, "importer.py", GOOD.format(version="v", rule_id="own", severity="low")
-                 + "from alerts.rule_pack.new_country_login import detect as imported  # noqa: F401\n")
+                 + "from alerts.rule_pack.new_country_login import rule as imported  # noqa: F401\n")
     assert [r.id for r in load_python_rules(path)] == ["own"]
 
 

@@ -59,7 +59,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import MAX_EVIDENCE
-from alerts.python_rules import EVENT_TIME, conform_candidates, python_rule, with_event_time
+from alerts.python_rules import Windowed, python_rule, with_event_time
+from alerts.window_aggregator import candidates, items_of, run_windowed
 from enrich.dhcp_sessions import is_internal
 
 RULE_ID = "c2_beaconing"
@@ -111,50 +112,58 @@ def _destination_stats(conns: Column, dst: Column) -> Column:
     )
 
 
-def detect_beaconing(events: DataFrame, *, window: str = WINDOW, slide: str = SLIDE,
-                     min_connections: int = MIN_CONNECTIONS, max_cv: float = MAX_INTERVAL_CV,
-                     min_mean_interval_s: float = MIN_MEAN_INTERVAL_S, max_bytes_out: int = MAX_BYTES_OUT,
-                     rule_id: str = RULE_ID) -> DataFrame:
-    """The rule with explicit thresholds (a variant, e.g. a day window for slow beacons, is one call)."""
-    ev = with_event_time(events)
+_ITEM = "struct<ts: bigint, id: string, dst: string, out: bigint, domain: string, host: string>"
+
+
+def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int = MIN_CONNECTIONS,
+              max_cv: float = MAX_INTERVAL_CV, min_mean_interval_s: float = MIN_MEAN_INTERVAL_S,
+              max_bytes_out: int = MAX_BYTES_OUT, rule_id: str = RULE_ID) -> Windowed:
+    """The rule with explicit thresholds, as a windowed spec (a variant, e.g. a day window for slow beacons, is
+    one call)."""
     ts = F.col("`@timestamp`")
     src, dst = F.col("source.ip"), F.col("destination.ip")
     out_bytes = F.coalesce(F.col("source.bytes"), F.lit(0).cast("bigint"))  # S0 attempts to a dead C2 count too
-    conns = ev.where(
-        (F.col("event.dataset") == F.lit("zeek.conn")) & ts.isNotNull() & src.isNotNull() & dst.isNotNull()
-        & outbound(F.col("network.direction"), src, dst)
-        & (out_bytes <= F.lit(max_bytes_out))
-        & ~F.coalesce(F.col("destination.port").isin(*EXCLUDED_PORTS), F.lit(False)))
-    host = F.col("host.name")
-    domain = F.col("destination.domain")
-    grouped = conns.groupBy(F.window(EVENT_TIME, window, slide).alias("w"), src.alias("src")).agg(
-        F.collect_list(F.struct(F.unix_micros(ts).alias("ts"), F.col("event.id").alias("id"), dst.alias("dst"),
-                                out_bytes.alias("out"), domain.alias("domain"))).alias("conns"),
-        F.max_by(host, F.when(host.isNotNull(), ts)).alias("host_name"),
-    )
-    per_dst = F.transform(F.array_distinct(F.transform(F.col("conns"), lambda c: c["dst"])),
-                          lambda d: _destination_stats(F.col("conns"), d))
-    beacons = F.filter(per_dst, lambda p: (p["n"] >= F.lit(min_connections))
-                       & (p["mean"] >= F.lit(min_mean_interval_s)) & (p["cv"] <= F.lit(max_cv)))
-    found = grouped.select("w", "src", "host_name", beacons.alias("b")).where(F.size("b") > 0)
-    describe = F.transform(F.col("b"), lambda p: F.format_string(
-        "%d connections to %s%s every %.0f s (CV %.2f), %.0f B out on average", p["n"], p["dst"],
-        F.coalesce(F.concat(F.lit(" ("), p["domain"], F.lit(")")), F.lit("")), p["mean"], p["cv"], p["out"]))
-    candidates = found.select(
-        F.lit(rule_id).alias("rule_id"),
-        F.struct(F.lit("ip").alias("type"), F.col("src").alias("value")).alias("entity"),
-        F.col("w.start").alias("window_start"),
-        F.col("w.end").alias("window_end"),
-        F.timestamp_micros(F.array_min(F.transform("b", lambda p: p["first"]))).alias("first_seen"),
-        F.timestamp_micros(F.array_max(F.transform("b", lambda p: p["last"]))).alias("last_seen"),
-        F.aggregate("b", F.lit(0).cast("bigint"), lambda a, p: a + p["n"]).alias("event_count"),
-        F.transform(F.slice(F.array_sort(F.flatten(F.transform("b", lambda p: p["evidence"]))), 1, MAX_EVIDENCE),
-                    lambda e: e["id"]).alias("evidence"),
-        F.col("host_name"),
-        F.lit(None).cast("string").alias("user_name"),
-        F.concat(F.lit("beaconing: "), F.array_join(describe, "; ")).alias("detail"),
-    )
-    return conform_candidates(candidates)
+    where = ((F.col("event.dataset") == F.lit("zeek.conn")) & ts.isNotNull() & src.isNotNull() & dst.isNotNull()
+             & outbound(F.col("network.direction"), src, dst)
+             & (out_bytes <= F.lit(max_bytes_out))
+             & ~F.coalesce(F.col("destination.port").isin(*EXCLUDED_PORTS), F.lit(False)))
+    item = F.struct(F.unix_micros(ts).alias("ts"), F.col("event.id").alias("id"), dst.alias("dst"),
+                    out_bytes.alias("out"), F.col("destination.domain").alias("domain"),
+                    F.col("host.name").alias("host"))
+
+    def finish(agg: DataFrame) -> DataFrame:
+        conns = F.col("c")
+        per_dst = F.transform(F.array_distinct(F.transform(conns, lambda c: c["dst"])),
+                              lambda d: _destination_stats(conns, d))
+        beacons = F.filter(per_dst, lambda p: (p["n"] >= F.lit(min_connections))
+                           & (p["mean"] >= F.lit(min_mean_interval_s)) & (p["cv"] <= F.lit(max_cv)))
+        found = (agg.select("*", items_of(_ITEM).alias("c")).select("*", beacons.alias("b"))
+                 .where(F.size("b") > 0))
+        describe = F.transform(F.col("b"), lambda p: F.format_string(
+            "%d connections to %s%s every %.0f s (CV %.2f), %.0f B out on average", p["n"], p["dst"],
+            F.coalesce(F.concat(F.lit(" ("), p["domain"], F.lit(")")), F.lit("")), p["mean"], p["cv"], p["out"]))
+        # the latest holder of the address (a DHCP address may change hands within the window)
+        latest_host = F.try_element_at(F.array_sort(F.transform(F.filter("c", lambda c: c["host"].isNotNull()),
+                                                            lambda c: F.struct(-c["ts"], c["host"]))), F.lit(1))
+        return candidates(
+            found, rule_id, "ip", 0,
+            condition=F.lit(True),
+            first=F.timestamp_micros(F.array_min(F.transform("b", lambda p: p["first"]))),
+            last=F.timestamp_micros(F.array_max(F.transform("b", lambda p: p["last"]))),
+            count=F.aggregate("b", F.lit(0).cast("bigint"), lambda a, p: a + p["n"]),
+            evidence_ids=F.transform(F.slice(F.array_sort(F.flatten(F.transform("b", lambda p: p["evidence"]))), 1,
+                                             MAX_EVIDENCE), lambda e: e["id"]),
+            host=latest_host["host"], user=F.lit(None).cast("string"),
+            detail=F.concat(F.lit("beaconing: "), F.array_join(describe, "; ")),
+        )
+
+    return Windowed(window=window, slide=slide, where=where, group_by=(src,), item=item, finish=finish)
+
+
+def detect_beaconing(events: DataFrame, **thresholds) -> DataFrame:
+    """``events -> candidates`` for a variant of the rule (thresholds as in :func:`beaconing`)."""
+    spec = beaconing(**thresholds)
+    return run_windowed(with_event_time(events), [spec.to_rule(thresholds.get("rule_id", RULE_ID))])
 
 
 # -- samples: Zeek JSON lines as the sensor writes them (the generator's formats) ------------------------------
@@ -237,9 +246,10 @@ SAMPLE_REFERENCE = {
     entity_type="ip",
     samples={"positive": SAMPLE_POSITIVE, "negative": SAMPLE_NEGATIVE, "reference": SAMPLE_REFERENCE,
              "entity": _HOST_IP},
+    windowed=True,
     description="An internal host makes small outbound connections to one outside address at a regular interval "
                 f"(>= {MIN_CONNECTIONS} in {WINDOW}, gap CV <= {MAX_INTERVAL_CV}, <= {MAX_BYTES_OUT // 1024} KiB "
                 "sent each): a C2 implant checking in.",
 )
-def detect(events: DataFrame) -> DataFrame:
-    return detect_beaconing(events)
+def rule() -> Windowed:
+    return beaconing()

@@ -36,51 +36,41 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from alerts.python_rules import EVENT_TIME, conform_candidates, evidence_ids, python_rule, with_event_time
+from alerts.python_rules import Windowed, python_rule, with_event_time
+from alerts.window_aggregator import GROUP, candidates, items_of, run_windowed
 from enrich.dhcp_sessions import is_internal
 
 RULE_ID = "new_country_login"
 WINDOW = "1 hour"
 
 
-def detect_new_country_login(events: DataFrame, *, window: str = WINDOW, rule_id: str = RULE_ID) -> DataFrame:
-    """The rule with an explicit window length."""
-    ev = with_event_time(events)
+def new_country_logins(*, window: str = WINDOW) -> Windowed:
+    """The rule as a windowed spec: successful logins from abroad, per user and tumbling ``window``."""
     ts = F.col("`@timestamp`")
     user = F.col("user.name")
     source_ip = F.col("source.ip")
     country = F.upper(F.col("source.geo.country_iso_code"))
     home = F.upper(F.col("nightjar.user.country"))
-    logins = ev.where(
-        F.coalesce(F.array_contains(F.col("event.category"), F.lit("authentication")), F.lit(False))
-        & (F.col("event.outcome") == F.lit("success"))
-        & user.isNotNull() & ts.isNotNull() & source_ip.isNotNull() & ~is_internal(source_ip)
-        & country.isNotNull() & home.isNotNull() & (country != home))
-    host = F.col("host.name")
-    grouped = logins.groupBy(F.window(EVENT_TIME, window).alias("w"), user.alias("user")).agg(
-        F.count(F.lit(1)).alias("n"),
-        F.min(ts).alias("first_seen"),
-        F.max(ts).alias("last_seen"),
-        F.collect_list(F.struct(F.unix_micros(ts).alias("ts"), F.col("event.id").alias("id"))).alias("pairs"),
-        F.array_sort(F.collect_set(country)).alias("countries"),
-        F.array_sort(F.collect_set(source_ip)).alias("ips"),
-        F.max(home).alias("home"),
-        F.max_by(host, F.when(host.isNotNull(), ts)).alias("host_name"),
-    )
-    candidates = grouped.select(
-        F.lit(rule_id).alias("rule_id"),
-        F.struct(F.lit("user").alias("type"), F.col("user").alias("value")).alias("entity"),
-        F.col("w.start").alias("window_start"),
-        F.col("w.end").alias("window_end"),
-        "first_seen", "last_seen",
-        F.col("n").alias("event_count"),
-        evidence_ids(F.col("pairs")).alias("evidence"),
-        "host_name",
-        F.col("user").alias("user_name"),
-        F.format_string("%d successful login(s) from %s (%s); home country %s", F.col("n"),
-                        F.array_join("countries", ", "), F.array_join("ips", ", "), F.col("home")).alias("detail"),
-    )
-    return conform_candidates(candidates)
+    where = (F.coalesce(F.array_contains(F.col("event.category"), F.lit("authentication")), F.lit(False))
+             & (F.col("event.outcome") == F.lit("success"))
+             & user.isNotNull() & ts.isNotNull() & source_ip.isNotNull() & ~is_internal(source_ip)
+             & country.isNotNull() & home.isNotNull() & (country != home))
+    item = F.struct(country.alias("country"), source_ip.alias("ip"), home.alias("home"))
+
+    def finish(agg: DataFrame) -> DataFrame:
+        logins = items_of("struct<country: string, ip: string, home: string>")
+        countries = F.array_join(F.array_sort(F.array_distinct(F.transform(logins, lambda x: x["country"]))), ", ")
+        ips = F.array_join(F.array_sort(F.array_distinct(F.transform(logins, lambda x: x["ip"]))), ", ")
+        home_country = F.array_max(F.transform(logins, lambda x: x["home"]))
+        return candidates(agg, RULE_ID, "user", 0, condition=F.lit(True), user=F.element_at(F.col(GROUP), 1),
+                          detail=F.format_string("%d successful login(s) from %s (%s); home country %s", F.col("n"),
+                                                 countries, ips, home_country))
+
+    return Windowed(window=window, where=where, group_by=(user,), item=item, finish=finish)
+
+
+def detect_new_country_login(events: DataFrame, *, window: str = WINDOW) -> DataFrame:
+    return run_windowed(with_event_time(events), [new_country_logins(window=window).to_rule(RULE_ID)])
 
 
 # -- samples: sshd lines as the bastion's rsyslog forwards them (RFC 5424 and RFC 3164, the generator's forms) --
@@ -138,8 +128,9 @@ SAMPLE_REFERENCE = {
     entity_type="user",
     samples={"positive": SAMPLE_POSITIVE, "negative": SAMPLE_NEGATIVE, "reference": SAMPLE_REFERENCE,
              "entity": "jdoe"},
+    windowed=True,
     description="A known user logs in successfully from a public address geolocated outside their home country "
                 "(users.country): likely stolen credentials.",
 )
-def detect(events: DataFrame) -> DataFrame:
-    return detect_new_country_login(events)
+def rule() -> Windowed:
+    return new_country_logins()

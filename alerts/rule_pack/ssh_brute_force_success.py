@@ -25,7 +25,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from alerts.python_rules import EVENT_TIME, conform_candidates, evidence_ids, python_rule, with_event_time
+from alerts.python_rules import Windowed, python_rule
+from alerts.window_aggregator import candidates, items_of
 
 RULE_ID = "ssh_brute_force_success"
 WINDOW = "15 minutes"
@@ -58,33 +59,28 @@ def _repeat(line: str, n: int) -> list[str]:
         "entity": "45.155.204.2",
         "ingested_at": "2026-03-09T12:00:00Z",
     },
+    windowed=True,
 )
-def detect(events: DataFrame) -> DataFrame:
+def rule() -> Windowed:
     """Ten or more failed SSH passwords from one source, then an accepted login from it, within 15 minutes."""
-    ev = with_event_time(events)
     ts = F.col("`@timestamp`")
-    failed = F.col("event.outcome") == F.lit("failure")
-    ok = F.col("event.outcome") == F.lit("success")
-    ssh = ev.where((F.col("event.action") == F.lit("ssh_login")) & F.col("source.ip").isNotNull() & ts.isNotNull())
-    grouped = ssh.groupBy(F.window(EVENT_TIME, WINDOW, SLIDE).alias("w"), F.col("source.ip").alias("ip")).agg(
-        F.count_if(failed).alias("failures"),
-        F.min(F.when(failed, ts)).alias("first_failure"),
-        F.max(F.when(ok, ts)).alias("last_success"),
-        F.min(ts).alias("first_seen"),
-        F.max(ts).alias("last_seen"),
-        F.count(F.lit(1)).alias("event_count"),
-        F.collect_list(F.struct(ts.alias("ts"), F.col("event.id").alias("id"))).alias("pairs"),
-        F.max(F.when(ok, F.col("user.name"))).alias("user_name"),
-        F.max(F.coalesce(F.col("host.name"), F.col("host.hostname"))).alias("host_name"),
-    )
-    fired = grouped.where((F.col("failures") >= MIN_FAILURES) & (F.col("last_success") > F.col("first_failure")))
-    return conform_candidates(fired.select(
-        F.lit(RULE_ID).alias("rule_id"),
-        F.struct(F.lit("ip").alias("type"), F.col("ip").alias("value")).alias("entity"),
-        F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
-        "first_seen", "last_seen", "event_count",
-        evidence_ids(F.col("pairs")).alias("evidence"),
-        "host_name", "user_name",
-        F.format_string("%d failed passwords, then a login as %s", F.col("failures"), F.col("user_name"))
-        .alias("detail"),
-    ))
+    where = (F.col("event.action") == F.lit("ssh_login")) & F.col("source.ip").isNotNull() & ts.isNotNull()
+    item = F.struct(F.unix_micros(ts).alias("t"), (F.col("event.outcome") == F.lit("success")).alias("ok"),
+                    F.col("user.name").alias("user"), F.coalesce(F.col("host.name"), F.col("host.hostname")).alias("host"))
+
+    def finish(agg: DataFrame) -> DataFrame:
+        tries = F.col("tries")
+        failures = F.filter(tries, lambda x: ~x["ok"])
+        successes = F.filter(tries, lambda x: x["ok"])
+        first_failure = F.array_min(F.transform(failures, lambda x: x["t"]))
+        last_success = F.array_max(F.transform(successes, lambda x: x["t"]))
+        user = F.array_max(F.transform(successes, lambda x: x["user"]))
+        rows = agg.select("*", items_of("struct<t: bigint, ok: boolean, user: string, host: string>").alias("tries"))
+        return candidates(
+            rows, RULE_ID, "ip", 0,
+            condition=(F.size(failures) >= MIN_FAILURES) & (last_success > first_failure),
+            user=user, host=F.array_max(F.transform(tries, lambda x: x["host"])),
+            detail=F.format_string("%d failed passwords, then a login as %s", F.size(failures), user))
+
+    return Windowed(window=WINDOW, slide=SLIDE, where=where, group_by=(F.col("source.ip"),), item=item,
+                    finish=finish)
