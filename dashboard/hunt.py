@@ -1,0 +1,284 @@
+"""Hunt: ad-hoc, read-only SQL over the lake's tables through DuckDB, sandboxed.
+
+How a hunt runs (:func:`run_hunt`):
+
+1. :func:`check_sql` refuses, with a one-line reason, anything but one ``SELECT``-like statement (``SELECT``,
+   ``WITH``, ``FROM``-first, ``VALUES``, ``EXPLAIN``/``DESCRIBE``/``SUMMARIZE``/``SHOW`` of a query or table), and
+   any statement naming a DuckDB function that reads or lists files (``read_csv``, ``read_parquet``, ``glob``,
+   …) or a string literal in a ``FROM`` (DuckDB's replacement scan of a file path);
+2. a fresh in-memory DuckDB connection registers every lake table as an Arrow dataset view (deltalake, the
+   table's current version), then sets ``enable_external_access=false`` (no file system, no network, no
+   extension installs or loads, no ATTACH/COPY/EXPORT), caps ``memory_limit`` and ``threads``, and finally
+   ``lock_configuration=true`` so the query cannot undo any of it. The checks in 1 give a readable reason; the
+   settings in 2 are what actually enforces the sandbox;
+3. the query runs in a worker thread; after ``timeout_s`` the connection is interrupted (``con.interrupt()``);
+4. at most ``max_rows`` rows are fetched (``truncated`` says when there were more).
+
+Saved hunts live in the dashboard-owned Delta table ``saved_hunts`` (append-only; the newest row of a name
+wins, a row with ``deleted`` hides it); :data:`SHIPPED_HUNTS` are offered on an empty lake and written to the
+table with the first save.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from core.lake import list_tables, table_dataset
+from dashboard.lakedb import TABLE_SAVED_HUNTS, has_table, query
+from dashboard.triage import append_rows
+
+DEFAULT_TIMEOUT_S = 20.0
+DEFAULT_MAX_ROWS = 10_000
+MEMORY_LIMIT = "1GB"
+
+ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
+# Table functions and scalar functions that touch files, other databases or the network.
+FORBIDDEN_FUNCTIONS = (
+    "read_csv", "read_csv_auto", "read_parquet", "parquet_scan", "parquet_metadata", "parquet_schema",
+    "parquet_file_metadata", "parquet_kv_metadata", "read_json", "read_json_auto", "read_json_objects",
+    "read_ndjson", "read_ndjson_auto", "read_ndjson_objects", "read_text", "read_blob", "glob", "sniff_csv",
+    "delta_scan", "iceberg_scan", "iceberg_metadata", "read_xlsx", "st_read", "sqlite_scan", "sqlite_attach",
+    "postgres_scan", "postgres_attach", "mysql_scan", "httpfs", "load_aws_credentials", "duckdb_secrets",
+)
+FORBIDDEN_KEYWORDS = ("attach", "detach", "copy", "install", "load", "export", "import", "pragma", "set", "reset",
+                      "call", "checkpoint", "vacuum", "create", "insert", "update", "delete", "drop", "alter", "use")
+_FUNC_RE = re.compile(r"\b(" + "|".join(FORBIDDEN_FUNCTIONS) + r")\s*\(", re.IGNORECASE)
+_FROM_PATH_RE = re.compile(r"\b(from|join)\s+'", re.IGNORECASE)
+_LEADING_RE = re.compile(r"^\s*([a-z_]+)", re.IGNORECASE)
+
+
+class HuntRefused(ValueError):
+    """The query is not allowed; ``str()`` is a one-line reason."""
+
+
+class HuntTimeout(TimeoutError):
+    pass
+
+
+@dataclass(frozen=True)
+class HuntResult:
+    rows: pd.DataFrame
+    truncated: bool
+    seconds: float
+
+
+def _strip_literals_and_comments(sql: str) -> str:
+    """``sql`` with comments removed and string literals emptied (so words inside strings are not checked)."""
+    out, i, n = [], 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j < 0 else j + 2
+            out.append(" ")
+        elif c == "'":
+            j = i + 1
+            while j < n:
+                if sql[j] == "'" and sql.startswith("''", j):
+                    j += 2
+                    continue
+                if sql[j] == "'":
+                    break
+                j += 1
+            out.append("''")
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def check_sql(sql: str) -> None:
+    """Raise :class:`HuntRefused` unless ``sql`` is one read-only query that touches no file."""
+    if not sql or not sql.strip():
+        raise HuntRefused("the query is empty")
+    bare = _strip_literals_and_comments(sql)
+    match = _FUNC_RE.search(bare)
+    if match:
+        raise HuntRefused(f"{match.group(1).lower()}() reads files: hunts query the lake's tables by name")
+    if _FROM_PATH_RE.search(bare):
+        raise HuntRefused("reading a file path is not allowed: hunts query the lake's tables by name")
+    lead = _LEADING_RE.match(bare)
+    first = lead.group(1).lower() if lead else ""
+    if first in FORBIDDEN_KEYWORDS:
+        raise HuntRefused(f"{first.upper()} is not allowed: hunts are read-only queries (SELECT …)")
+    try:
+        with duckdb.connect(":memory:") as probe:
+            statements = probe.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise HuntRefused(_one_line(exc)) from None
+    if len(statements) != 1:
+        raise HuntRefused(f"one statement at a time ({len(statements)} given)")
+    kind = statements[0].type.name
+    if kind not in ALLOWED_STATEMENTS:
+        raise HuntRefused(f"{kind} statements are not allowed: hunts are read-only queries (SELECT …)")
+
+
+def sandbox(lake: Path, threads: int = 2) -> duckdb.DuckDBPyConnection:
+    """A connection with every lake table registered and external access disabled and locked."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    for name in list_tables(lake):
+        con.register(name, table_dataset(lake, name))
+    con.execute(f"SET threads = {int(threads)}")
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def run_hunt(lake: Path, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int = DEFAULT_MAX_ROWS
+             ) -> HuntResult:
+    """Run one checked, sandboxed query; :class:`HuntRefused` (not allowed or failed, one line) or
+    :class:`HuntTimeout`."""
+    check_sql(sql)
+    con = sandbox(lake)
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            reader = con.sql(sql).to_arrow_reader(min(max_rows + 1, 10_000))
+            batches, n = [], 0
+            for batch in reader:
+                batches.append(batch)
+                n += batch.num_rows
+                if n > max_rows:
+                    break
+            table = pa.Table.from_batches(batches, schema=reader.schema)
+            box["table"] = table
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    started = time.monotonic()
+    worker = threading.Thread(target=work, name="hunt", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    try:
+        if worker.is_alive():
+            con.interrupt()
+            worker.join(10)
+            raise HuntTimeout(f"the query ran longer than {timeout_s:g} s and was stopped")
+        if "error" in box:
+            exc = box["error"]
+            if isinstance(exc, duckdb.Error):
+                raise HuntRefused(_one_line(exc)) from None
+            raise exc
+    finally:
+        if not worker.is_alive():
+            con.close()
+    table: pa.Table = box["table"]
+    truncated = table.num_rows > max_rows
+    if truncated:
+        table = table.slice(0, max_rows)
+    return HuntResult(table.to_pandas(), truncated, time.monotonic() - started)
+
+
+def _one_line(exc: object) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
+
+
+def page(df: pd.DataFrame, number: int, size: int = 100) -> pd.DataFrame:
+    """Rows of 1-based page ``number`` of ``size`` rows."""
+    number = max(1, int(number))
+    return df.iloc[(number - 1) * size: number * size]
+
+
+def page_count(rows: int, size: int = 100) -> int:
+    return max(1, -(-rows // size))
+
+
+# --- saved hunts -------------------------------------------------------------------------------------------------
+
+SAVED_HUNTS_SCHEMA = pa.schema([
+    ("name", pa.string()),
+    ("sql", pa.string()),
+    ("description", pa.string()),
+    ("author", pa.string()),
+    ("saved_at", pa.timestamp("us", tz="UTC")),
+    ("deleted", pa.bool_()),
+])
+
+
+@dataclass(frozen=True)
+class SavedHunt:
+    name: str
+    sql: str
+    description: str = ""
+    author: str = "nightjar"
+
+
+SHIPPED_HUNTS: tuple[SavedHunt, ...] = (
+    SavedHunt("Failed SSH logins by source", """SELECT "source".ip AS source_ip, "source".geo.country_iso_code AS country,
+       count(*) AS failures, count(DISTINCT "user".name) AS users, min("@timestamp") AS first, max("@timestamp") AS last
+FROM events
+WHERE "event".dataset = 'system.auth' AND "event".outcome = 'failure'
+GROUP BY ALL ORDER BY failures DESC LIMIT 50""", "Brute force and spraying candidates: failed SSH by source address"),
+    SavedHunt("Successful logins from abroad", """SELECT "@timestamp", "user".name AS "user", "source".ip AS source_ip,
+       "source".geo.country_iso_code AS country, "nightjar".user.country AS home_country, "host".name AS host
+FROM events
+WHERE "event".action = 'ssh_login' AND "event".outcome = 'success'
+  AND "source".geo.country_iso_code IS DISTINCT FROM "nightjar".user.country
+ORDER BY "@timestamp" DESC""", "Accepted SSH logins from a country other than the user's home"),
+    SavedHunt("Threat-intel matches", """SELECT "@timestamp", "event".dataset AS dataset, "threat".indicator.value AS indicator,
+       "threat".indicator.type AS type, coalesce("host".name, "source".ip) AS who, "event".original
+FROM events WHERE "threat".indicator.value IS NOT NULL ORDER BY "@timestamp" DESC""",
+              "Every event that matched an indicator of the iocs table"),
+    SavedHunt("Top outbound talkers", """SELECT "source".ip AS source_ip, any_value("host".name) AS host,
+       sum("source".bytes) AS bytes_out, count(*) AS connections, count(DISTINCT "destination".ip) AS peers
+FROM events
+WHERE "event".dataset = 'zeek.conn' AND "network".direction = 'outbound'
+GROUP BY ALL ORDER BY bytes_out DESC NULLS LAST LIMIT 25""", "Hosts that sent the most bytes out (exfiltration)"),
+    SavedHunt("Alerts per rule and status", """SELECT a.rule_id, a.severity, count(DISTINCT a.alert_id) AS alerts,
+       max(a.detected_at) AS last_detected
+FROM alerts a GROUP BY ALL ORDER BY alerts DESC""", "Alert counts per rule"),
+    SavedHunt("Long DNS names", """SELECT "dns".question.name AS name, "source".ip AS source_ip, length("dns".question.name) AS len,
+       "@timestamp"
+FROM events WHERE "event".dataset = 'zeek.dns' AND length("dns".question.name) > 50
+ORDER BY len DESC LIMIT 100""", "Possible DNS tunnelling: very long query names"),
+)
+
+
+def saved_hunts(lake: Path) -> list[SavedHunt]:
+    """The saved hunts (newest version of each name, deleted ones left out), or the shipped ones on a new lake."""
+    if not has_table(lake, TABLE_SAVED_HUNTS):
+        return list(SHIPPED_HUNTS)
+    df = query(lake, [TABLE_SAVED_HUNTS], """
+        SELECT name, sql, description, author FROM saved_hunts
+        QUALIFY row_number() OVER (PARTITION BY name ORDER BY saved_at DESC) = 1 AND NOT coalesce(deleted, false)
+        ORDER BY name""")
+    return [SavedHunt(r.name, r.sql, r.description or "", r.author or "") for r in df.itertuples()]
+
+
+def save_hunt(lake: Path, hunt: SavedHunt, deleted: bool = False) -> None:
+    """Append a hunt (a new version of it if the name exists; ``deleted`` hides it). The first save also
+    writes the shipped hunts, so the table holds everything the page offers."""
+    name = hunt.name.strip()
+    if not name:
+        raise HuntRefused("a saved hunt needs a name")
+    if not deleted:
+        check_sql(hunt.sql)
+    now = dt.datetime.now(dt.UTC)
+    rows = []
+    if not has_table(lake, TABLE_SAVED_HUNTS):
+        rows += [{"name": h.name, "sql": h.sql, "description": h.description, "author": h.author,
+                  "saved_at": now - dt.timedelta(microseconds=1), "deleted": False}
+                 for h in SHIPPED_HUNTS if h.name != name]
+    rows.append({"name": name, "sql": hunt.sql, "description": hunt.description, "author": hunt.author,
+                 "saved_at": now, "deleted": deleted})
+    lake.mkdir(parents=True, exist_ok=True)
+    append_rows(lake / TABLE_SAVED_HUNTS, pa.Table.from_pylist(rows, schema=SAVED_HUNTS_SCHEMA))

@@ -1,0 +1,170 @@
+"""Triage audit trail and the hunt sandbox: pure functions on real Delta tables, no browser."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from core.errors import UserError
+from dashboard import hunt, triage
+from dashboard.lakedb import TABLE_ALERT_TRIAGE, TABLE_SAVED_HUNTS
+
+T0 = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+
+
+def _at(minutes: int) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+# --- triage -------------------------------------------------------------------------------------------------------
+
+def test_status_is_the_newest_action_and_comments_do_not_change_it(lake: Path) -> None:
+    triage.record(lake, triage.Action("a1", "ack", "alice", at=_at(0)))
+    assert triage.status_of(lake, "a1") == "acknowledged"
+    triage.record(lake, triage.Action("a1", "assign", "alice", assignee="bob", at=_at(1)))
+    triage.record(lake, triage.Action("a1", "comment", "bob", reason="looking at the bastion logs", at=_at(2)))
+    assert triage.status_of(lake, "a1") == "assigned"
+    triage.record(lake, triage.Action("a1", "close_false_positive", "bob", reason="authorized pentest", at=_at(3)))
+    assert triage.status_of(lake, "a1") == "closed: false positive"
+    triage.record(lake, triage.Action("a1", "reopen", "carol", reason="pentest ended yesterday", at=_at(4)))
+    assert triage.status_of(lake, "a1") == "reopened"
+    assert triage.status_of(lake, "never-touched") == "new"
+
+    hist = triage.history(lake, "a1")
+    assert hist["action"].tolist() == ["ack", "assign", "comment", "close_false_positive", "reopen"]
+    assert hist["analyst"].tolist() == ["alice", "alice", "bob", "bob", "carol"]
+    assert hist["reason"].tolist()[3] == "authorized pentest"
+    st = triage.statuses(lake).set_index("alert_id")
+    assert st.loc["a1", "assignee"] == "bob" and st.loc["a1", "triage_actions"] == 5
+
+
+def test_table_is_append_only_with_the_contract_columns(lake: Path) -> None:
+    triage.record(lake, [triage.Action(f"a{i}", "ack", "alice") for i in range(3)])  # a bulk action: one commit
+    triage.record(lake, triage.Action("a0", "close_benign", "alice", reason="backup job"))
+    table = DeltaTable(str(lake / TABLE_ALERT_TRIAGE))
+    assert table.schema().to_arrow().names == ["alert_id", "action", "analyst", "reason", "assignee", "at"]
+    assert table.version() == 1
+    ops = [h["operation"] for h in table.history()]
+    assert set(ops) <= {"CREATE TABLE", "WRITE"} and all(
+        h.get("operationParameters", {}).get("mode", "Append") in ("Append", "ErrorIfExists") for h in table.history())
+
+
+@pytest.mark.parametrize(("action", "kwargs", "message"), [
+    ("close_false_positive", {}, "needs a reason"),
+    ("close_true_positive", {"reason": "   "}, "needs a reason"),
+    ("reopen", {}, "needs a reason"),
+    ("comment", {}, "comment needs its text"),
+    ("assign", {}, "assignee"),
+    ("delete", {}, "unknown action"),
+])
+def test_invalid_actions_are_refused_and_nothing_is_written(lake: Path, action: str, kwargs: dict,
+                                                             message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        triage.record(lake, triage.Action("a1", action, "alice", **kwargs))
+    with pytest.raises(UserError, match="analyst"):
+        triage.record(lake, triage.Action("a1", "ack", "  "))
+    assert not (lake / TABLE_ALERT_TRIAGE).exists()
+
+
+def test_concurrent_analysts_lose_no_action(lake: Path) -> None:
+    """Eight analysts act at the same moment, each five times (the first ones racing to create the table): every
+    action is in the table exactly once."""
+    analysts, per = 8, 5
+    barrier = threading.Barrier(analysts)
+    errors: list[BaseException] = []
+
+    def analyst(n: int) -> None:
+        try:
+            barrier.wait()
+            for k in range(per):
+                triage.record(lake, triage.Action(f"alert-{k}", "comment", f"analyst-{n}", reason=f"note {n}/{k}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=analyst, args=(n,)) for n in range(analysts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    rows = DeltaTable(str(lake / TABLE_ALERT_TRIAGE)).to_pyarrow_dataset().to_table().to_pylist()
+    assert sorted(r["reason"] for r in rows) == sorted(f"note {n}/{k}" for n in range(analysts) for k in range(per))
+    assert DeltaTable(str(lake / TABLE_ALERT_TRIAGE)).version() == analysts * per - 1
+
+
+# --- hunt ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def hunt_lake(lake: Path) -> Path:
+    triage.record(lake, [triage.Action(f"a{i}", "ack", "alice", at=_at(i)) for i in range(250)])
+    return lake
+
+
+@pytest.mark.parametrize(("sql", "reason"), [
+    ("SELECT * FROM read_csv('/etc/passwd')", "read_csv() reads files"),
+    ("select * from read_text ( '/etc/passwd' )", "read_text() reads files"),
+    ("SELECT * FROM '/etc/passwd'", "file path"),
+    ("SELECT * FROM alert_triage JOIN '/etc/passwd' ON true", "file path"),
+    ("COPY alert_triage TO '/tmp/out.csv'", "COPY is not allowed"),
+    ("ATTACH '/tmp/other.db' AS other", "ATTACH is not allowed"),
+    ("INSTALL httpfs", "INSTALL is not allowed"),
+    ("LOAD httpfs", "LOAD is not allowed"),
+    ("SET enable_external_access = true", "SET is not allowed"),
+    ("SELECT 1; SELECT 2", "one statement at a time"),
+    ("-- hide it\nCOPY (SELECT 1) TO '/tmp/x.csv'", "COPY is not allowed"),
+    ("", "empty"),
+])
+def test_forbidden_queries_are_refused_with_one_line(hunt_lake: Path, sql: str, reason: str) -> None:
+    with pytest.raises(hunt.HuntRefused, match=re.escape(reason)) as info:
+        hunt.run_hunt(hunt_lake, sql)
+    assert "\n" not in str(info.value)
+
+
+def test_the_sandbox_itself_blocks_files_even_past_the_checks(hunt_lake: Path) -> None:
+    """The word check is for readable reasons; DuckDB's locked configuration is what enforces the sandbox."""
+    with hunt.sandbox(hunt_lake) as con:
+        for sql in ("SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM glob('/etc/*')",
+                    "COPY (SELECT 1) TO '/tmp/nightjar-hunt-escape.csv'"):
+            with pytest.raises(Exception, match="(?i)permission|disabled"):
+                con.execute(sql).fetchall()
+        with pytest.raises(Exception, match="(?i)locked"):
+            con.execute("SET enable_external_access = true")
+    assert not Path("/tmp/nightjar-hunt-escape.csv").exists()
+
+
+def test_strings_that_merely_mention_keywords_are_fine(hunt_lake: Path) -> None:
+    res = hunt.run_hunt(hunt_lake, "SELECT count(*) AS n FROM alert_triage WHERE reason IS NULL OR reason = 'copy'")
+    assert res.rows["n"].tolist() == [250]
+
+
+def test_hunt_rows_are_capped_and_paged(hunt_lake: Path) -> None:
+    res = hunt.run_hunt(hunt_lake, 'SELECT alert_id FROM alert_triage ORDER BY "at"', max_rows=120)
+    assert res.truncated and len(res.rows) == 120
+    assert hunt.page_count(len(res.rows), 50) == 3
+    assert hunt.page(res.rows, 3, 50)["alert_id"].tolist() == [f"a{i}" for i in range(100, 120)]
+    full = hunt.run_hunt(hunt_lake, "FROM alert_triage")
+    assert not full.truncated and len(full.rows) == 250
+
+
+def test_a_long_query_is_interrupted(hunt_lake: Path) -> None:
+    with pytest.raises(hunt.HuntTimeout, match="longer than 0.5 s"):
+        hunt.run_hunt(hunt_lake, "SELECT count(*) FROM range(1000000000000) a", timeout_s=0.5)
+
+
+def test_saved_hunts_ship_defaults_and_keep_new_ones(lake: Path) -> None:
+    assert [h.name for h in hunt.saved_hunts(lake)] == [h.name for h in hunt.SHIPPED_HUNTS]
+    hunt.save_hunt(lake, hunt.SavedHunt("mine", "SELECT 42 AS answer", "test", "alice"))
+    names = [h.name for h in hunt.saved_hunts(lake)]
+    assert "mine" in names and set(h.name for h in hunt.SHIPPED_HUNTS) <= set(names)
+    assert (lake / TABLE_SAVED_HUNTS / "_delta_log").is_dir()
+    hunt.save_hunt(lake, hunt.SavedHunt("mine", "SELECT 43 AS answer"))  # a new version replaces it
+    assert next(h.sql for h in hunt.saved_hunts(lake) if h.name == "mine") == "SELECT 43 AS answer"
+    hunt.save_hunt(lake, hunt.SavedHunt("mine", ""), deleted=True)
+    assert "mine" not in [h.name for h in hunt.saved_hunts(lake)]
+    with pytest.raises(hunt.HuntRefused, match="COPY"):
+        hunt.save_hunt(lake, hunt.SavedHunt("bad", "COPY x TO '/tmp/y'"))
