@@ -1,10 +1,12 @@
-"""``nightjar bench enrich``: one simulated hour through the full events query; state size per stateful operator
-per micro-batch (is it flat?), host attribution coverage, and the rate against the bronze query of the same run.
+"""``nightjar bench enrich``: one simulated hour through the ingest query (parse, DHCP attribution, joins); state
+size per stateful operator per micro-batch (is it flat?), host attribution coverage, and the rate of the ingest and
+windowed queries of the same run.
 
 1. ``nightjar generate`` writes ``--duration`` simulated seconds (default one hour, starting at a fixed working
    hour) to two fresh topics of an embedded broker, and the reference tables into a fresh lake.
-2. The bronze and events queries drain them with availableNow in ``--max-offsets-per-trigger`` micro-batches.
-3. From ``pipeline_progress``: per micro-batch, each stateful operator's rows and memory (Spark's
+2. The pipeline (the ingest query, then the windowed detections) drains them in ``--max-offsets-per-trigger``
+   micro-batches.
+3. From ``pipeline_progress``: per ingest micro-batch, each stateful operator's rows and memory (Spark's
    ``stateOperators``); from ``events``: the share of events from DHCP zones that carry ``host.name``.
 """
 
@@ -33,12 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="live mode: generate at X times real time while the pipeline runs (trigger --trigger), "
                              "so state eviction by the watermark is exercised; default: generate first, then drain")
     parser.add_argument("--trigger", default="5 seconds", metavar="INTERVAL", help="live mode trigger interval")
-    parser.add_argument("--dedup-delay", metavar="DELAY",
-                        help="streaming dedup / watermark delay (default the pipeline's, 10 minutes): state is "
-                             "bounded by ingest rate x this delay of wall time")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from alerts.detection_stream import QUERY_WINDOWED
     from core.config import RAW_TOPICS
     from core.lake import table_dataset
     from generator.command import add_arguments as generator_arguments
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from generator.reference_tables import write_lake
     from generator.sinks import KafkaSink
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-    from nightjar.pipeline import QUERIES, Trigger, run_pipeline
+    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, run_pipeline
 
     if args.duration <= 0 or args.max_offsets_per_trigger <= 0:
         raise UserError("--duration and --max-offsets-per-trigger must be positive", exit_code=2)
@@ -58,8 +58,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             broker = EmbeddedBroker().start()
             settings = settings.with_(bootstrap=broker.bootstrap)
         settings = settings.with_(lake=lake, max_offsets_per_trigger=args.max_offsets_per_trigger)
-        if args.dedup_delay:
-            settings = settings.with_(dedup_delay=args.dedup_delay)
         ensure_topics(settings, RAW_TOPICS)
         gen_parser = argparse.ArgumentParser()
         generator_arguments(gen_parser)
@@ -83,14 +81,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
         progress = sorted(table_dataset(lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist(),
                           key=lambda p: (p["query_name"], p["batch_id"]))
-        for query in QUERIES:
+        for query in (QUERY_INGEST, QUERY_WINDOWED):
             rows = [p for p in progress if p["query_name"] == query and p["num_input_rows"]]
             steady = rows[1:] or rows
             rate = sum(p["num_input_rows"] for p in steady) / max(sum(p["batch_duration_ms"] for p in steady) / 1000,
                                                                    1e-9)
             print(f"{query:>8}: {sum(p['num_input_rows'] for p in rows):,} records in {len(rows)} batches, "
                   f"{rate:,.0f} records/s steady")
-        _state_table([p for p in progress if p["query_name"] == "events"])
+        _state_table([p for p in progress if p["query_name"] == QUERY_INGEST])
         _attribution(lake, table_dataset(lake, TABLE_EVENTS), table_dataset(lake, TABLE_NETWORKS))
     finally:
         if broker is not None:
@@ -103,11 +101,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None:
-    """Generate at ``--speedup`` in a thread while the pipeline runs; stop once the events query has read it all."""
+    """Generate at ``--speedup`` in a thread while the pipeline runs; stop once the ingest query has read it all."""
     import threading
 
     from generator.command import generate
-    from nightjar.pipeline import QUERIES, Trigger, parse_interval, run_pipeline
+    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, parse_interval, run_pipeline
 
     stop = threading.Event()
     produced: list[int] = []
@@ -118,7 +116,7 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
         finally:
             sink.close()
 
-    def watch() -> None:  # the events query has consumed everything produced: stop the pipeline
+    def watch() -> None:  # the ingest query has consumed everything produced: stop the pipeline
         from core.lake import table_dataset
 
         gen.join()
@@ -130,7 +128,7 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
                     columns=["query_name", "num_input_rows"]).to_pylist()
             except Exception:
                 continue
-            if sum(r["num_input_rows"] or 0 for r in rows if r["query_name"] == "events") >= total:
+            if sum(r["num_input_rows"] or 0 for r in rows if r["query_name"] == QUERY_INGEST) >= total:
                 stop.set()
 
     t0 = time.monotonic()
@@ -143,7 +141,7 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
 
 def _state_table(progress: list[dict]) -> None:
     """Per batch: each stateful operator's state rows and memory."""
-    print("state per micro-batch of the events query (rows / MiB per operator):")
+    print("state per micro-batch of the ingest query (rows / MiB per operator):")
     for p in progress:
         ops = json.loads(p["progress_json"]).get("stateOperators", [])
         cells = [f"{o['operatorName']}: {o['numRowsTotal']:,} / {o['memoryUsedBytes'] / 2**20:.1f}" for o in ops]
