@@ -95,6 +95,9 @@ class KafkaOptions:
     fetch_wait_max_ms: int
     poll_timeout_s: float
     read_batch_rows: int
+    # "latest": read only what the topics hold when the query starts (a drain under any trigger, not only
+    # availableNow: the pipeline drains under a processing-time trigger so it can stop between micro-batches)
+    ending_offsets: str | None = None
 
     @staticmethod
     def parse(options: dict[str, str]) -> KafkaOptions:
@@ -121,6 +124,9 @@ class KafkaOptions:
                     "nightjar_kafka: startingOffsets must be earliest, latest or JSON like "
                     f'{{"topic": {{"0": 42, "1": -2}}}}, got {starting!r}'
                 ) from exc
+        ending = opts.get("endingoffsets")
+        if ending is not None and ending.strip() != "latest":
+            raise ValueError(f"nightjar_kafka: endingOffsets can only be latest (drain what is there), got {ending!r}")
         return KafkaOptions(
             client_config=client,
             topics=topics,
@@ -130,6 +136,7 @@ class KafkaOptions:
             fetch_wait_max_ms=int(opts.get("fetchwaitmaxms", "25")),
             poll_timeout_s=float(opts.get("polltimeoutms", "30000")) / 1000,
             read_batch_rows=int(opts.get("readbatchrows", "10000")),
+            ending_offsets=ending.strip() if ending else None,
         )
 
     def consumer_config(self) -> dict[str, Any]:
@@ -314,6 +321,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = _as_ints(start)
         parts = self.broker.partitions()
         earliest, ends = self.broker.bounds(parts)
+        if self._available_now_end is None and self.options.ending_offsets == "latest":
+            self._available_now_end = ends
+            log.info("kafka source: reading up to %s (endingOffsets=latest)", _sorted(ends))
         if self._available_now_end is not None:
             ends = {t: {p: min(e, self._available_now_end.get(t, {}).get(p, e)) for p, e in pe.items()}
                     for t, pe in ends.items()}
@@ -490,9 +500,10 @@ class KafkaDataSource(DataSource):
 
 
 def read_kafka(spark: SparkSession, settings: Settings, topics: tuple[str, ...] = RAW_TOPICS,
-               starting_offsets: str = "earliest") -> DataFrame:
+               starting_offsets: str = "earliest", drain: bool = False) -> DataFrame:
     """``topics`` as a streaming DataFrame, with the client settings, data-loss policy and batch cap of
-    ``settings`` (registers the source with ``spark`` first; registering again is harmless)."""
+    ``settings`` (registers the source with ``spark`` first; registering again is harmless). With ``drain``, only
+    what the topics hold when the query starts is read (``endingOffsets=latest``)."""
     spark.dataSource.register(KafkaDataSource)
     reader = (
         spark.readStream.format(SOURCE_NAME)
@@ -505,4 +516,6 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: tuple[str, ...] 
         reader = reader.option(f"kafka.{key}", value)
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+    if drain:
+        reader = reader.option("endingOffsets", "latest")
     return reader.load()
