@@ -11,7 +11,8 @@ Per scenario (the incidents whose ``expected_rule_id`` is the rule R):
   account that brute force took over (the incident's ``user_name``) — is not a false positive);
 - **latency** = for each detected incident, the first revision of its earliest alert: ``detected_at`` (the
   micro-batch that published it) minus ``last_seen`` of that revision — the event time of the event that made
-  the rule fire. Meaningful for live runs (event time ≈ wall time); for replayed history it is not reported.
+  the rule fire. Meaningful for live runs (event time ≈ wall time); for replayed history, and for events stamped
+  after their detection (never a negative latency), it is not reported.
 Hard negatives (``ground_truth_negatives``): an alert of a rule in their ``must_not_fire`` list on their entity is
 counted and listed.
 """
@@ -90,7 +91,9 @@ def score(alert_rows: list[dict], incidents: list[dict], negatives: list[dict]) 
             earliest = min(hits, key=lambda a: naive_utc(first[a["alert_id"]]["detected_at"]))
             rev1 = first[earliest["alert_id"]]
             lag = naive_utc(rev1["detected_at"]) - naive_utc(rev1["last_seen"])
-            if lag <= LIVE_LAG:
+            # A negative lag means the events were stamped after they were detected (a clock ahead, or a
+            # generator run into the future): there is no latency to report, as for replays of old history.
+            if dt.timedelta(0) <= lag <= LIVE_LAG:
                 s.latencies_s.append(lag.total_seconds())
     for s in by_rule.values():
         mine = [a for a in alerts if a["rule_id"] == s.rule_id]

@@ -19,11 +19,12 @@ import signal
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from core.config import Settings
 from core.errors import UserError
-from generator.engine import Options, Simulation
+from generator.engine import Options, Simulation, iso
 from generator.organization import build_organization
 from generator.reference_tables import write_files, write_lake
 from generator.scenarios import ATTACKS, HARD_NEGATIVES, SCENARIOS
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_start(text: str | None, to_files: bool) -> float:
-    if text is None:
+    if text is None:  # a paced run to Kafka starts now; see start_ending_now for an unpaced one
         now = time.time()
         return float(int(now // 86400 * 86400)) if to_files else float(int(now))
     try:
@@ -68,6 +69,35 @@ def parse_start(text: str | None, to_files: bool) -> float:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return value.timestamp()
+
+
+def start_ending_now(opts: Options, org, now: float, passes: int = 3) -> float:
+    """The start of an unpaced run to Kafka whose simulated period ends at ``now``: a replay of the recent past.
+
+    Starting at ``now`` would stamp the events up to hours into the future, and detection leaves out events stamped
+    more than a few minutes after they were ingested. With ``--duration`` the span is known; with ``--events`` it
+    depends on the diurnal load, so it is measured by simulating without output (deterministic for a given start)
+    and refined until the run ends within a minute of ``now``.
+    """
+    if opts.duration is not None:
+        return now - opts.duration
+    start = now - max(60.0, (opts.events or DEFAULT_EVENTS) / 150_000 * 3600)  # a working hour's rate as first guess
+    for _ in range(passes):
+        span = _simulated_span(replace(opts, start=start), org)
+        if abs(start + span - now) <= 60:
+            break
+        start = now - span
+    return float(int(start))
+
+
+def _simulated_span(opts: Options, org) -> float:
+    sim = Simulation(opts, org)
+    last = opts.start
+    for n, (ts, *_rest) in enumerate(sim.events(), start=1):
+        last = ts
+        if n >= (opts.events or DEFAULT_EVENTS):
+            break
+    return last - opts.start
 
 
 def parse_scenarios(text: str | None, count: int, no_attacks: bool) -> dict[str, int]:
@@ -213,6 +243,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         out = Path(args.out)
         sink = FileSink(out)
     org = build_organization(opts.seed, opts.hosts, opts.users)
+    if not args.out and args.start is None and args.rate is None and args.speedup is None:
+        opts = replace(opts, start=start_ending_now(opts, org, time.time()))
+        log.info("unpaced run: simulated period %s .. now (give --start to choose)", iso(opts.start))
     if not args.out:
         sink = KafkaSink(settings)
         # Reference tables first: enrichment can use them while the events arrive.

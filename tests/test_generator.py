@@ -537,3 +537,21 @@ def test_any_seed_and_size_gives_ordered_well_formed_lines(seed, hosts, users, h
             assert "\n" not in e[4]
     for row in sim.ground_truth()[0]:
         assert row["start"] <= row["end"] and row["entity"]["value"]
+
+
+def test_an_unpaced_run_to_kafka_replays_the_recent_past_ending_now():
+    """Unpaced, a run starting now would stamp its events hours into the future (detection leaves those out);
+    without --start its simulated period ends at the time it is run."""
+    from dataclasses import replace
+
+    from generator.command import _simulated_span, start_ending_now
+    from generator.engine import Options
+    from generator.organization import build_organization
+
+    now = 1_790_000_000.0  # a fixed "now" (a Tuesday afternoon, UTC): the diurnal load makes the span depend on it
+    opts = Options(seed=3, hosts=60, users=30, events=20_000)
+    org = build_organization(opts.seed, opts.hosts, opts.users)
+    start = start_ending_now(opts, org, now)
+    end = start + _simulated_span(replace(opts, start=start), org)
+    assert start < now - 600 and abs(end - now) <= 120, (now - start, end - now)
+    assert start_ending_now(replace(opts, events=None, duration=900.0), org, now) == now - 900
