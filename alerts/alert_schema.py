@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 SEVERITIES: tuple[str, ...] = ("low", "medium", "high", "critical")
-ENTITY_TYPES: tuple[str, ...] = ("ip", "user", "host", "domain", "mac")
+ENTITY_TYPES: tuple[str, ...] = ("ip", "user", "host", "domain", "mac", "rule")  # "rule": health alerts
 MAX_EVIDENCE = 20  # event ids carried by an alert (the contract's "up to 20")
 
 ENTITY_TYPE = StructType([StructField("type", StringType()), StructField("value", StringType())])

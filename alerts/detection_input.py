@@ -3,7 +3,7 @@
 Detections reason in the time the event happened (``@timestamp``): a brute force is twenty failures within five
 minutes *of log time*, whether the logs arrive live or are replayed a month later by a backfill. So the
 correlation windows and the watermark run on ``@timestamp`` itself (as :data:`ingest.normalize.EVENT_TIME_COLUMN`),
-not on the clamped time the ingest stage deduplicates with.
+not on the time the records were ingested.
 
 One guard keeps a forged clock from breaking that: an event stamped more than :data:`MAX_CLOCK_SKEW` after it was
 ingested (a host whose clock says 2099) is left out of detection — it would push the watermark ahead and make
@@ -21,12 +21,21 @@ from ingest.normalize import EVENT_TIME_COLUMN
 MAX_CLOCK_SKEW = "10 minutes"
 
 
-def detection_input(events: DataFrame) -> DataFrame:
-    """``events`` (static or streaming) with :data:`EVENT_TIME_COLUMN` = ``@timestamp``; future-dated rows dropped."""
+EXCLUDED_METRIC = "excluded_future"  # observed metric: events kept out of detection (pipeline_progress)
+
+
+def detection_input(events: DataFrame, observe_as: str | None = None) -> DataFrame:
+    """``events`` (static or streaming) with :data:`EVENT_TIME_COLUMN` = ``@timestamp``; future-dated rows dropped.
+
+    With ``observe_as``, the rows dropped are counted as the observed metric :data:`EXCLUDED_METRIC` under that
+    name, so a streaming query reports them in its progress (and ``pipeline_progress``) instead of losing them
+    silently."""
     ts = F.col("`@timestamp`")
     ingested = F.col("event.ingested")
     sane = ts.isNotNull() & (ingested.isNull() | (ts <= ingested + F.expr(f"INTERVAL {MAX_CLOCK_SKEW}")))
     base = events.drop(EVENT_TIME_COLUMN) if EVENT_TIME_COLUMN in events.columns else events
+    if observe_as is not None:
+        base = base.observe(observe_as, F.count_if(~sane).alias(EXCLUDED_METRIC))
     return base.where(sane).withColumn(EVENT_TIME_COLUMN, ts)
 
 

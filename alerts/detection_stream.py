@@ -1,20 +1,28 @@
-"""Streaming detection: the rules over the ``events`` table as it grows, alerts to Kafka and Delta, rules reloaded
-while running.
+"""Streaming detection: the rules over the events as they are written, alerts to Kafka and Delta, rules reloaded
+while running, rule health tracked.
 
-Shape (why: stateless rules can change between micro-batches; a windowed aggregation's plan cannot):
+Where each kind of rule runs (why: docs/performance.md):
 
-- **one query for every single-event rule** (``detect``): reads new ``events`` commits (``nightjar_delta``
-  source), and in each micro-batch applies the rules *current at that batch* — a rule file added, changed or
-  disabled takes effect from the next batch, no restart;
-- **one query per stateful rule** (Sigma correlations, windowed Python rules), ``detect.<rule_id>``: its own
-  watermarked aggregation in update mode and its own checkpoint (named by the rule's digest, so a changed rule
-  starts afresh and an unchanged one resumes its state). The supervisor polls the rules directory and starts,
-  restarts or stops these queries as files change; a broken rule is logged (file, rule, problem) and skipped.
+- **single-event rules** (Sigma detections without a correlation) run inside the ingest query's micro-batch, on
+  the enriched events it has just written (:class:`SingleEventDetector`): no second hop through Delta, so an IOC
+  hit or a sudo by a non-admin alerts in the same micro-batch that parsed it. The rules current at each batch
+  apply: a rule file added, changed or disabled takes effect from the next batch, no restart.
+- **windowed rules** (Sigma correlations and windowed Python rules) run together in one streaming query over the
+  ``events`` table (:func:`start_windowed`): one read and one aggregation for all of them
+  (:mod:`alerts.window_aggregator`). When the rule files change the query restarts on the same checkpoint; the
+  windows of unchanged rules survive (their state keys carry the rule's digest).
+- **Python rules with their own detect()** run in a query each (:func:`start_own_query`), as before.
 
-Every query folds its candidates into alert revisions with an :class:`~alerts.alert_builder.AlertBuilder`
-(seeded from the ``alerts`` table at start, so suppression survives restarts) and publishes them with
-:func:`alerts.alert_sink.publish_alerts`: Kafka delivery confirmed, then one Delta commit with the query's app id
-and batch id — a replayed batch is skipped, so each revision lands in ``alerts`` exactly once.
+Every query folds candidates into alert revisions with an :class:`AlertFolder` (seeded from the ``alerts`` table,
+so suppression survives restarts) and publishes them with :func:`alerts.alert_sink.publish_alerts`: Kafka
+delivery confirmed, then one Delta commit with the query's app id and batch id — a replayed batch is skipped, so
+each revision lands in ``alerts`` exactly once.
+
+Rule health (:class:`RuleHealth`) is what ``nightjar rules list``, ``pipeline_progress`` and the dashboard show:
+running / restarting / failed / disabled, the last batch, the last alert, the last error. A rule whose windowed
+evaluation raises is retried (the batch fails and the query restarts from its checkpoint, with backoff); only a
+rule that fails :data:`RULE_FAULT_LIMIT` times in a row — its definition, not the machine, is at fault — is
+disabled, and a health alert tells the SOC that coverage dropped.
 """
 
 from __future__ import annotations
@@ -24,24 +32,30 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.types import StructType
 
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
-from ingest.normalize import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 
-QUERY_DETECT = "detect"
 BATCH_TS = "_batch_ts"  # the micro-batch's timestamp: the same when a batch is replayed (detected_at)
+QUERY_WINDOWED = "windowed"
+QUERY_WINDOWED_APPEND = "windowed-append"
+RULE_FAULT_LIMIT = 3  # consecutive failures of one rule's own evaluation before it is disabled
+HEALTH_RULE = RuleMeta(rule_id="nightjar.rule_health", name="Detection rule stopped working", severity="high",
+                       tags=(), suppress_s=3600.0, count_merge="sum")
 _publish_lock = threading.Lock()  # queries publish from their own threads; Delta commits one at a time
+
+STATUS_RUNNING, STATUS_RESTARTING, STATUS_FAILED, STATUS_DISABLED = "running", "restarting", "failed", "disabled"
 
 
 def open_alerts(lake: Path, rule_ids: set[str]) -> list[dict]:
@@ -68,57 +82,213 @@ class AlertFolder:
         self.builder = AlertBuilder(rules, open_alerts(settings.lake, set(rules)))
 
     def set_rules(self, rules: dict[str, RuleMeta]) -> None:
+        known = set(self.builder.rules)
         self.builder.rules = rules
+        fresh = set(rules) - known
+        if fresh:  # a rule added at run time: continue its open alerts from the table
+            for a in open_alerts(self.settings.lake, fresh):
+                self.builder.open.setdefault((a["rule_id"], a["entity"]["type"], a["entity"]["value"]), dict(a))
 
-    def process(self, candidates: list[dict], batch_id: int, detected_at: dt.datetime) -> int:
+    def process(self, candidates: list[dict], batch_id: int, detected_at: dt.datetime) -> list[dict]:
+        """Fold and publish; returns the revisions published (empty for nothing new or a replayed batch)."""
         from alerts.alert_sink import publish_alerts
 
         if not candidates:
-            return 0
+            return []
         saved = copy.deepcopy(self.builder.open)
         try:
             revisions = self.builder.add(candidates, detected_at)
             if not revisions:
-                return 0
+                return []
             with _publish_lock:
                 publish_alerts(revisions, self.settings, batch_id, self.app_id)
-            return len(revisions)
+            return revisions
         except BaseException:
             self.builder.open = saved  # the batch will be replayed: fold it again from the same state
             raise
 
 
-def _rows(df: DataFrame) -> tuple[list[dict], dt.datetime]:
-    rows = [r.asDict(recursive=True) for r in df.collect()]
-    ts = rows[0].pop(BATCH_TS) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    for r in rows[1:]:
-        r.pop(BATCH_TS, None)
-    return rows, ts
+def batch_time(df: DataFrame) -> dt.datetime:
+    """The micro-batch timestamp carried in :data:`BATCH_TS` (deterministic on replay)."""
+    row = df.select(BATCH_TS).limit(1).collect()
+    return row[0][0] if row else dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-class DetectionSupervisor:
-    """Runs the detection queries and keeps them in step with the rule files."""
+# -- rule health ---------------------------------------------------------------------------------------------------
+@dataclass
+class HealthEntry:
+    rule_id: str
+    status: str = STATUS_RUNNING
+    query: str = ""
+    last_batch_at: dt.datetime | None = None
+    last_alert_at: dt.datetime | None = None
+    error: str | None = None
+    failures: int = 0  # consecutive failures attributed to the rule itself
 
-    def __init__(self, spark: SparkSession, settings: Settings, rule_paths: list[Path], trigger,
-                 poll_s: float = 10.0) -> None:
-        self.spark, self.settings, self.rule_paths, self.trigger = spark, settings, rule_paths, trigger
-        self.poll_s = poll_s
-        self.schema = events_schema(spark)
-        self.stateless: dict[str, Rule] = {}
-        self.stateful: dict[str, tuple[Rule, StreamingQuery]] = {}
-        self.errors: list[RuleError] = []
-        self._fingerprint: tuple = ()
+
+class RuleHealth:
+    """Per-rule status, shared by every detection query of one pipeline (driver side, thread-safe).
+
+    ``sink`` receives a row for every status change and, at most every ``report_s``, the current state of every
+    rule (the pipeline appends them to ``pipeline_progress``); ``on_failure`` publishes health alerts.
+    """
+
+    def __init__(self, sink: Callable[[list[dict]], None] | None = None, report_s: float = 30.0) -> None:
+        self._rules: dict[str, HealthEntry] = {}
         self._lock = threading.Lock()
-        self._folder: AlertFolder | None = None
-        self.stateless_query: StreamingQuery | None = None
-        self._retired: list[StreamingQuery] = []  # rule queries that failed (reported, not restarted)
-        self._broken: set[tuple[str, str]] = set()  # (rule id, digest) that failed: wait for a changed file
-        self._last_poll = time.monotonic()
+        self.sink = sink
+        self.report_s = report_s
+        self._last_report = 0.0
+        self.on_failure: Callable[[list[str], str, dt.datetime], None] | None = None
 
-    # -- rules ----------------------------------------------------------------------------------------------
+    def entries(self) -> list[HealthEntry]:
+        with self._lock:
+            return [replace(e) for e in self._rules.values()]
+
+    def get(self, rule_id: str) -> HealthEntry | None:
+        with self._lock:
+            e = self._rules.get(rule_id)
+            return replace(e) if e else None
+
+    def track(self, rule_ids: Iterable[str], query: str) -> None:
+        with self._lock:
+            for rid in rule_ids:
+                e = self._rules.setdefault(rid, HealthEntry(rid))
+                e.query = query
+                if e.status in (STATUS_RESTARTING, STATUS_FAILED):
+                    continue
+                e.status = STATUS_RUNNING
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop rules that no longer exist (their files were removed); disabled ones stay listed."""
+        with self._lock:
+            for rid in [r for r, e in self._rules.items() if r not in keep and e.status != STATUS_DISABLED]:
+                del self._rules[rid]
+
+    def batch_done(self, query: str, rule_ids: Iterable[str], at: dt.datetime, alerted: Iterable[str] = ()) -> None:
+        recovered = []
+        alerted = set(alerted)
+        with self._lock:
+            for rid in rule_ids:
+                e = self._rules.setdefault(rid, HealthEntry(rid, query=query))
+                e.last_batch_at = at
+                e.failures = 0
+                if rid in alerted:
+                    e.last_alert_at = at
+                if e.status in (STATUS_RESTARTING, STATUS_FAILED):
+                    e.status, e.error = STATUS_RUNNING, None
+                    recovered.append(rid)
+        for rid in recovered:
+            log.info("rule %s is running again", rid)
+        if recovered:
+            self._emit([self.get(r) for r in recovered])
+        self._report()
+
+    def failed(self, rule_ids: Iterable[str], error: str, status: str = STATUS_RESTARTING) -> None:
+        rule_ids = list(rule_ids)
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        newly = []
+        with self._lock:
+            for rid in rule_ids:
+                e = self._rules.setdefault(rid, HealthEntry(rid))
+                if e.status != status or e.error != error:
+                    newly.append(rid)
+                e.status, e.error = status, error
+        if newly:
+            self._emit([self.get(r) for r in newly])
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(newly, error, now)
+                except Exception:
+                    log.exception("could not publish the health alert for %s", ", ".join(newly))
+
+    def fault(self, rule_id: str, error: str) -> bool:
+        """A failure of the rule's own evaluation; True when it has now failed too often and is disabled."""
+        with self._lock:
+            e = self._rules.setdefault(rule_id, HealthEntry(rule_id))
+            e.failures += 1
+            disable = e.failures >= RULE_FAULT_LIMIT
+        self.failed([rule_id], error, STATUS_DISABLED if disable else STATUS_RESTARTING)
+        return disable
+
+    def disabled(self, rule_id: str, error: str) -> None:
+        with self._lock:
+            e = self._rules.setdefault(rule_id, HealthEntry(rule_id))
+            same = e.status == STATUS_DISABLED and e.error == error
+            e.status, e.error = STATUS_DISABLED, error
+        if not same:
+            self._emit([self.get(rule_id)])
+
+    def _emit(self, entries: list[HealthEntry | None]) -> None:
+        if self.sink is not None:
+            self.sink([health_row(e) for e in entries if e is not None])
+
+    def _report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < self.report_s:
+            return
+        self._last_report = now
+        self._emit(self.entries())
+
+    def report(self) -> None:
+        self._report(force=True)
+
+
+def health_row(e: HealthEntry) -> dict:
+    """A ``pipeline_progress`` row for a rule's health (``query_name`` ``rule:<id>``)."""
+    return {"query_name": f"rule:{e.rule_id}", "query_id": e.query, "run_id": "", "batch_id": -1,
+            "timestamp": dt.datetime.now(dt.UTC), "rule_id": e.rule_id, "status": e.status, "error": e.error,
+            "last_batch_at": _aware(e.last_batch_at), "last_alert_at": _aware(e.last_alert_at)}
+
+
+def read_rule_health(lake: Path) -> dict[str, dict]:
+    """The newest health row per rule from ``pipeline_progress`` (what the last ``nightjar run`` reported)."""
+    from core.config import TABLE_PIPELINE_PROGRESS
+    from core.lake import is_delta_table, table_dataset
+
+    if not is_delta_table(lake / TABLE_PIPELINE_PROGRESS):
+        return {}
+    dataset = table_dataset(lake, TABLE_PIPELINE_PROGRESS)
+    if "rule_id" not in dataset.schema.names:
+        return {}
+    import pyarrow.dataset as ds
+
+    rows = dataset.to_table(columns=["rule_id", "timestamp", "status", "error", "last_batch_at", "last_alert_at",
+                                     "query_id"], filter=ds.field("rule_id").is_valid()).to_pylist()
+    newest: dict[str, dict] = {}
+    for r in rows:
+        if r["rule_id"] not in newest or r["timestamp"] >= newest[r["rule_id"]]["timestamp"]:
+            newest[r["rule_id"]] = r
+    return newest
+
+
+def _aware(ts: dt.datetime | None) -> dt.datetime | None:
+    return ts.replace(tzinfo=dt.UTC) if ts is not None and ts.tzinfo is None else ts
+
+
+# -- the rules ---------------------------------------------------------------------------------------------------
+@dataclass
+class RuleSet:
+    """The rules under ``paths`` as last read, and what changed; driver side, read by the queries' batches."""
+
+    spark: SparkSession
+    paths: list[Path]
+    health: RuleHealth = field(default_factory=RuleHealth)
+    single_event: list[Rule] = field(default_factory=list)
+    windowed: list[Rule] = field(default_factory=list)
+    own_query: list[Rule] = field(default_factory=list)
+    errors: list[RuleError] = field(default_factory=list)
+    disabled: set[str] = field(default_factory=set)  # rule ids disabled at run time, until their file changes
+    _fingerprint: tuple = ()
+    _disabled_digest: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.schema = events_schema(self.spark)
+        self._lock = threading.Lock()
+
     def _files_fingerprint(self) -> tuple:
         out = []
-        for f in rule_files(self.rule_paths):
+        for f in rule_files(self.paths):
             try:
                 st = f.stat()
                 out.append((str(f), st.st_mtime_ns, st.st_size))
@@ -132,119 +302,195 @@ class DetectionSupervisor:
         if fp == self._fingerprint and not force:
             return False
         self._fingerprint = fp
-        rules, errors = load_rules(self.rule_paths, self.schema)
+        rules, errors = load_rules(self.paths, self.schema)
+        known = {str(x) for x in self.errors}
         for e in errors:
-            if str(e) not in {str(x) for x in self.errors}:
+            if str(e) not in known:
                 log.error("rule skipped: %s", e)
-        self.errors = errors
+            if e.rule:
+                self.health.disabled(e.rule, e.problem)
         with self._lock:
-            self.stateless = {r.rule_id: r for r in rules if not r.stateful}
-            if self._folder is not None:
-                self._folder.set_rules({r.rule_id: r.meta for r in self.stateless.values()})
-        wanted = {r.rule_id: r for r in rules if r.stateful}
-        for rid, (rule, query) in list(self.stateful.items()):
-            if rid not in wanted or wanted[rid].digest != rule.digest:
-                log.info("rule %s %s: stopping its query", rid, "removed" if rid not in wanted else "changed")
-                query.stop()
-                del self.stateful[rid]
-        for rid, rule in wanted.items():
-            if rid not in self.stateful and (rid, rule.digest) not in self._broken:
-                self.stateful[rid] = (rule, self._start_stateful(rule))
-        log.info("rules loaded: %d single-event, %d stateful, %d problem(s)", len(self.stateless), len(wanted),
-                 len(errors))
+            self.errors = errors
+            # a rule disabled at run time stays disabled until its definition changes
+            for rid, digest in list(self._disabled_digest.items()):
+                if not any(r.rule_id == rid and r.digest == digest for r in rules):
+                    del self._disabled_digest[rid]
+            active = [r for r in rules if r.rule_id not in self._disabled_digest]
+            self.single_event = [r for r in active if not r.stateful]
+            self.windowed = [r for r in active if r.stateful and r.windowed is not None]
+            self.own_query = [r for r in active if r.stateful and r.windowed is None]
+        self.health.forget({r.rule_id for r in rules} | {e.rule for e in errors if e.rule})
+        log.info("rules loaded: %d single-event, %d windowed, %d with their own query, %d problem(s)",
+                 len(self.single_event), len(self.windowed), len(self.own_query), len(errors))
         return True
 
-    # -- queries --------------------------------------------------------------------------------------------
-    def _events(self) -> DataFrame:
-        from ingest.delta_sink import arrow_schema, ensure_table
-        from ingest.delta_source import read_delta_stream
-
-        path = self.settings.table_path(TABLE_EVENTS)
-        # The detection queries may start before the events query has written anything: create the table
-        # (empty, the schema the events query writes) so the source knows its schema from the first batch.
-        ensure_table(path, arrow_schema(StructType([f for f in self.schema.fields if f.name != EVENT_TIME_COLUMN])))
-        return read_delta_stream(self.spark, path)
-
-    def start(self) -> list[StreamingQuery]:
-        self.reload(force=True)
-        self.stateless_query = self._start_stateless()
-        return self.queries()
-
-    def queries(self) -> list[StreamingQuery]:
-        qs = [q for _, q in self.stateful.values()]
-        return ([self.stateless_query] if self.stateless_query is not None else []) + qs
-
-    def _start_stateless(self) -> StreamingQuery:
+    def disable(self, rule: Rule, error: str) -> None:
+        """Take a rule out until its file changes (its definition fails at run time)."""
         with self._lock:
-            metas = {r.rule_id: r.meta for r in self.stateless.values()}
-        self._folder = folder = AlertFolder(self.settings, f"nightjar.{QUERY_DETECT}", metas)
+            self._disabled_digest[rule.rule_id] = rule.digest
+            self.single_event = [r for r in self.single_event if r.rule_id != rule.rule_id]
+            self.windowed = [r for r in self.windowed if r.rule_id != rule.rule_id]
+            self.own_query = [r for r in self.own_query if r.rule_id != rule.rule_id]
+        log.error("rule %s (%s) disabled until its file changes: %s", rule.rule_id, rule.source, error)
 
-        def write(df: DataFrame, batch_id: int) -> None:
-            with self._lock:
-                rules = list(self.stateless.values())
-            if not rules:
-                return
-            batch = df.cache()  # the new events files are read once, for every rule and the batch timestamp
-            try:
-                events = detection_input(batch.drop(BATCH_TS))
-                parts = [r.detect(events) for r in rules]
-                cands = parts[0]
-                for p in parts[1:]:
-                    cands = cands.unionByName(p)
-                rows = [r.asDict(recursive=True) for r in cands.collect()]
-                if not rows:
-                    return
-                detected = batch.select(BATCH_TS).limit(1).collect()[0][0]
-            finally:
-                batch.unpersist()
-            n = folder.process(rows, batch_id, detected)
-            if n:
-                log.info("detect batch %d: %d alert revision(s)", batch_id, n)
+    def metas(self, rules: Iterable[Rule]) -> dict[str, RuleMeta]:
+        return {r.rule_id: r.meta for r in rules}
 
-        stream = self._events().withColumn(BATCH_TS, F.current_timestamp())
-        writer = (stream.writeStream.queryName(QUERY_DETECT).foreachBatch(write)
-                  .option("checkpointLocation", str(self.settings.checkpoint(QUERY_DETECT))))
-        return self.trigger.apply(writer).start()
+    def current(self) -> tuple[list[Rule], list[Rule], list[Rule]]:
+        with self._lock:
+            return list(self.single_event), list(self.windowed), list(self.own_query)
 
-    def _start_stateful(self, rule: Rule) -> StreamingQuery:
-        name = f"{QUERY_DETECT}.{rule.rule_id}"
-        folder = AlertFolder(self.settings, f"nightjar.{name}.{rule.digest}", {rule.rule_id: rule.meta})
 
-        def write(df: DataFrame, batch_id: int) -> None:
-            rows, detected = _rows(df)
-            n = folder.process(rows, batch_id, detected)
-            if n:
-                log.info("%s batch %d: %d alert revision(s)", name, batch_id, n)
+def windowed_signature(rules: Iterable[Rule], output_mode: str) -> tuple:
+    """What the windowed query's plan depends on: the rules of ``output_mode`` and their digests."""
+    return tuple(sorted((r.rule_id, r.digest) for r in rules if r.windowed.output_mode == output_mode))
 
-        out = rule.detect(detection_input(self._events())).withColumn(BATCH_TS, F.current_timestamp())
-        writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(write)
-                  .option("checkpointLocation", str(self.settings.checkpoint(f"{QUERY_DETECT}/{rule.rule_id}-"
-                                                                            f"{rule.digest}"))))
-        log.info("started query %s (%s, %s)", name, rule.kind, rule.source.name)
-        return self.trigger.apply(writer).start()
 
-    def rule_queries(self) -> list[StreamingQuery]:
-        return [q for _, q in self.stateful.values()]
+# -- single-event rules, in the ingest micro-batch ---------------------------------------------------------------
+class SingleEventDetector:
+    """Runs the current single-event rules over one micro-batch of enriched events and publishes their alerts."""
 
-    def is_rule_query(self, query: StreamingQuery) -> bool:
-        return any(q is query or q.id == query.id for _, q in self.stateful.values()) or any(
-            q.id == query.id for q in self._retired)
+    QUERY = "ingest"
 
-    def poll(self) -> None:
-        """Between waits: re-read changed rule files; report and drop a rule query that failed."""
-        now = time.monotonic()
-        for rid, (rule, q) in list(self.stateful.items()):
-            if not q.isActive and q.exception() is not None:
-                log.error("rule %s (%s) failed and is skipped until its file changes: %s", rid, rule.source,
-                          " ".join(str(q.exception()).split())[:500])
-                self._retired.append(q)
-                self._broken.add((rid, rule.digest))
-                del self.stateful[rid]
-        if now - self._last_poll >= self.poll_s:
-            self._last_poll = now
-            self.reload()
+    def __init__(self, settings: Settings, ruleset: RuleSet, app_id: str) -> None:
+        self.settings, self.ruleset = settings, ruleset
+        single, _, _ = ruleset.current()
+        self.folder = AlertFolder(settings, app_id, ruleset.metas(single))
 
-    def stop(self) -> None:
-        for q in self.queries():
-            if q.isActive:
-                q.stop()
+    def __call__(self, events: DataFrame, batch_id: int, detected_at: Callable[[], dt.datetime]) -> int:
+        """``events``: the batch's enriched events (batch DataFrame); returns the revisions published."""
+        rules, _, _ = self.ruleset.current()
+        ids = [r.rule_id for r in rules]
+        if not rules:
+            return 0
+        self.folder.set_rules(self.ruleset.metas(rules))
+        self.ruleset.health.track(ids, self.QUERY)
+        ev = detection_input(events)
+        parts = [r.detect(ev) for r in rules]
+        cands = parts[0]
+        for p in parts[1:]:
+            cands = cands.unionByName(p)
+        try:
+            rows = [r.asDict(recursive=True) for r in cands.collect()]
+        except Exception as exc:
+            self.ruleset.health.failed(ids, _one_line(exc))
+            raise  # the ingest batch fails and is replayed from its checkpoint: nothing is lost
+        at = detected_at() if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        published = self.folder.process(rows, batch_id, at) if rows else []
+        self.ruleset.health.batch_done(self.QUERY, ids, at, {a["rule_id"] for a in published})
+        if published:
+            log.info("ingest batch %d: %d alert revision(s) from single-event rules", batch_id, len(published))
+        return len(published)
+
+
+# -- windowed rules: one query ------------------------------------------------------------------------------------
+def events_stream(spark: SparkSession, settings: Settings, schema) -> DataFrame:
+    """The ``events`` table as a stream (created empty first, so its schema is known before the first batch)."""
+    from pyspark.sql.types import StructType
+
+    from ingest.delta_sink import arrow_schema, ensure_table
+    from ingest.delta_source import read_delta_stream
+    from ingest.normalize import EVENT_TIME_COLUMN
+
+    path = settings.table_path(TABLE_EVENTS)
+    ensure_table(path, arrow_schema(StructType([f for f in schema.fields if f.name != EVENT_TIME_COLUMN])))
+    return read_delta_stream(spark, path)
+
+
+def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,
+                   output_mode: str = "update") -> StreamingQuery:
+    """One streaming query for every windowed rule of ``output_mode`` (see the module doc)."""
+    from alerts.window_aggregator import aggregate
+    from ingest.normalize import EVENT_TIME_COLUMN
+
+    name = QUERY_WINDOWED if output_mode == "update" else QUERY_WINDOWED_APPEND
+    specs = [r.windowed for r in rules]
+    by_key = {r.windowed.key: r for r in rules}
+    folder = AlertFolder(settings, f"nightjar.{name}", ruleset.metas(rules))
+    ids = [r.rule_id for r in rules]
+    ruleset.health.track(ids, name)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        batch = df.persist()
+        try:
+            rows = _finish_all(batch, specs, by_key, ruleset, name)
+            at = batch_time(batch) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        finally:
+            batch.unpersist()
+        published = folder.process(rows, batch_id, at) if rows else []
+        ruleset.health.batch_done(name, ids, at, {a["rule_id"] for a in published})
+        if published:
+            log.info("%s batch %d: %d alert revision(s)", name, batch_id, len(published))
+
+    events = detection_input(events_stream(spark, settings, ruleset.schema), observe_as=name)
+    events = events.withWatermark(EVENT_TIME_COLUMN, settings.detection_watermark)
+    out = aggregate(events, specs).withColumn(BATCH_TS, F.current_timestamp())
+    writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(write)
+              .option("checkpointLocation", str(settings.checkpoint(name))))
+    query = trigger.apply(writer).start()
+    log.info("started query %s: %d windowed rule(s) (%s)", name, len(rules), ", ".join(sorted(ids)))
+    return query
+
+
+def _finish_all(batch: DataFrame, specs: list, by_key: dict[str, Rule], ruleset: RuleSet, query: str) -> list[dict]:
+    """Every rule's finish over the batch's aggregated rows; on failure, rule by rule, so one broken rule is found
+    (and, failing again and again, disabled) while the others keep alerting."""
+    from alerts.window_aggregator import finish
+
+    if not specs:
+        return []
+    try:
+        return [r.asDict(recursive=True) for r in finish(batch, specs).collect()]
+    except Exception as exc:
+        whole = exc
+    rows, broken = [], []
+    for spec in specs:
+        try:
+            rows += [r.asDict(recursive=True) for r in finish(batch, [spec]).collect()]
+        except Exception as exc:
+            broken.append((by_key[spec.key], _one_line(exc)))
+    if not broken:  # the batch as a whole failed for a reason no single rule reproduces: retry the batch
+        ruleset.health.failed([r.rule_id for r in by_key.values()], _one_line(whole))
+        raise whole
+    retry = False
+    for rule, error in broken:
+        if ruleset.health.fault(rule.rule_id, error):
+            ruleset.disable(rule, error)
+        else:
+            retry = True
+    if retry:  # not yet known to be the rule's own fault: the query restarts from its checkpoint, with backoff
+        raise RuntimeError(f"{query}: rule(s) {', '.join(r.rule_id for r, _ in broken)} failed: {broken[0][1]}")
+    return rows
+
+
+# -- Python rules with their own detect() ---------------------------------------------------------------------------
+def own_query_name(rule: Rule) -> str:
+    return f"rule.{rule.rule_id}"
+
+
+def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, rule: Rule, trigger) -> StreamingQuery:
+    """A Python rule whose detect() is its own plan: a query of its own (checkpoint named by its digest)."""
+    name = own_query_name(rule)
+    folder = AlertFolder(settings, f"nightjar.{name}.{rule.digest}", {rule.rule_id: rule.meta})
+    ruleset.health.track([rule.rule_id], name)
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        rows = [r.asDict(recursive=True) for r in df.collect()]
+        at = rows[0].pop(BATCH_TS) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        for r in rows[1:]:
+            r.pop(BATCH_TS, None)
+        published = folder.process(rows, batch_id, at)
+        ruleset.health.batch_done(name, [rule.rule_id], at, {a["rule_id"] for a in published})
+
+    out = rule.detect(detection_input(events_stream(spark, settings, ruleset.schema))).withColumn(
+        BATCH_TS, F.current_timestamp())
+    writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(write)
+              .option("checkpointLocation", str(settings.checkpoint(f"rules/{rule.rule_id}-{rule.digest}"))))
+    log.info("started query %s (%s, %s)", name, rule.kind, rule.source.name)
+    return trigger.apply(writer).start()
+
+
+def _one_line(exc: object) -> str:
+    from core.errors import summarize_query_error
+
+    return summarize_query_error(str(exc))[:500]

@@ -71,13 +71,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES, conform_candidates
-from core.config import DEFAULT_DEDUP_DELAY, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
+from core.config import DEFAULT_DETECTION_WATERMARK, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from ingest.normalize import EVENT_TIME_COLUMN
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks the watermarked column with this metadata
-DEFAULT_WATERMARK_DELAY = DEFAULT_DEDUP_DELAY  # the pipeline's own lateness bound
+DEFAULT_WATERMARK_DELAY = DEFAULT_DETECTION_WATERMARK  # the pipeline's own lateness bound
 OUTPUT_MODES = ("update", "append")
 REFERENCE_TABLE_NAMES = (TABLE_NETWORKS, TABLE_ASSETS, TABLE_USERS, TABLE_IOCS)
 # Fixed, so that RFC 3164 lines (no year) in samples are dated the same whatever day the tests run.
@@ -442,8 +442,8 @@ def _line_in(exc: BaseException, path: Path) -> int | None:
 def with_event_time(events: DataFrame, delay: str = DEFAULT_WATERMARK_DELAY) -> DataFrame:
     """``events`` with :data:`EVENT_TIME` and, when streaming, a watermark on it.
 
-    The streaming pipeline's events already carry ``_event_time`` (``@timestamp`` clamped to the ingestion time,
-    see ``ingest.normalize.deduplicate``) and its watermark: both are kept. Events read back from the lake, file
+    The streaming pipeline's events already carry ``_event_time`` (``@timestamp``, see
+    ``alerts.detection_input``) and its watermark: both are kept. Events read back from the lake, file
     streams and batch frames have neither: ``_event_time`` is then ``@timestamp`` and a streaming frame gets a
     watermark of ``delay`` (a stateful rule without one would keep its state forever).
     """

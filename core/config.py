@@ -55,11 +55,17 @@ ZORDER_COLUMNS: dict[str, tuple[str, ...]] = {
 # default). Shorter risks breaking readers of older versions and time travel.
 VACUUM_RETENTION_HOURS = 168
 
+# Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
+DEFAULT_DETECTION_WATERMARK = "10 minutes"
+# Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the
+# previous one (small when keeping up, large when catching up after a backlog); this only bounds memory.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+# How long an event whose DHCP lease is not known yet waits for it (processing time), see enrich/dhcp_sessions.py.
+DEFAULT_LEASE_HOLD_S = 60.0
+
 # Parsing (ingest/normalize.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024
-# Streaming deduplication by event.id keeps each id this long (event time, see normalize.deduplicate).
-DEFAULT_DEDUP_DELAY = "10 minutes"
 
 ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
 ENV_LAKE = "NIGHTJAR_LAKE"
@@ -108,11 +114,11 @@ class Settings:
     lake: Path = Path("lake")
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
-    trigger_interval: str = "1 second"
-    max_offsets_per_trigger: int | None = None
+    max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     fail_on_data_loss: bool = True
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-    dedup_delay: str = DEFAULT_DEDUP_DELAY
+    detection_watermark: str = DEFAULT_DETECTION_WATERMARK
+    lease_hold_s: float = DEFAULT_LEASE_HOLD_S
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=dict)
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack

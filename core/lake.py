@@ -17,12 +17,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from core.config import KNOWN_TABLES, Settings
+from core.config import KNOWN_TABLES, TABLE_PIPELINE_PROGRESS, Settings
 from core.errors import UserError
 
 
 def is_delta_table(path: Path) -> bool:
-    return (path / "_delta_log").is_dir()
+    """A committed Delta table: its log holds a commit or a checkpoint (a writer creates ``_delta_log`` and the
+    data files before its first commit lands, so the folder alone is not enough)."""
+    log = path / "_delta_log"
+    return log.is_dir() and ((log / "_last_checkpoint").exists() or any(log.glob("*.json")))
 
 
 def list_tables(lake: Path) -> list[str]:
@@ -81,6 +84,19 @@ def describe_tables(lake: Path) -> list[TableInfo]:
     return out
 
 
+def excluded_from_detection(lake: Path) -> int:
+    """Events the detections left out (stamped too far after they were ingested), summed over ``pipeline_progress``."""
+    import pyarrow.compute as pc
+
+    if not is_delta_table(lake / TABLE_PIPELINE_PROGRESS):
+        return 0
+    dataset = table_dataset(lake, TABLE_PIPELINE_PROGRESS)
+    if "excluded_rows" not in dataset.schema.names:
+        return 0
+    total = pc.sum(dataset.to_table(columns=["excluded_rows"])["excluded_rows"]).as_py()
+    return int(total or 0)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object per table")
 
@@ -92,10 +108,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not lake.exists():
         raise UserError(f"lake directory {lake} does not exist (run `nightjar run` or pass --lake DIR)")
     infos = describe_tables(lake)
+    excluded = excluded_from_detection(lake)
     if args.json:
         for i in infos:
             print(json.dumps({"table": i.name, "rows": i.rows, "version": i.version,
                               "last_commit": i.last_commit.isoformat() if i.last_commit else None}))
+        if excluded:
+            print(json.dumps({"excluded_from_detection": excluded}))
         return 0
     if not infos:
         print(f"no tables in {lake}")
@@ -105,4 +124,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for i in infos:
         when = i.last_commit.strftime("%Y-%m-%d %H:%M:%S") if i.last_commit else "-"
         print(f"{i.name:<{width}}  {i.rows:>12,}  {i.version:>7}  {when}")
+    if excluded:
+        print(f"{excluded:,} event(s) left out of detection: stamped more than 10 minutes after they were ingested "
+              "(a clock ahead, or a replay into the future); they are in `events` for hunting")
     return 0

@@ -35,6 +35,9 @@ END_TIMEOUT = "timeout"
 STATE_OPEN = "open"
 STATE_RENEWED = "renewed"
 STATE_CLOSED = "closed"
+# Lookups kept per answered address: a connection takes the newest one before its own time, so a few suffice even
+# for a late-logged connection; the cap bounds the state of a client that resolves one CDN address all day.
+MAX_ANSWERS_PER_IP = 8
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,10 @@ class Limits:
     wait_s: float = 60.0            # an event waits at most this long for its lease to arrive
     history_s: float = 3600.0       # closed sessions and DNS answers kept this long, for late events
     dns_window_s: float = 600.0     # a DNS answer names connections to its address for this long
+    # DNS answers are kept this long after the newest message: the naming window plus the detection watermark
+    # (a connection logged later than that is past every rule's window anyway). Every key's answers are
+    # serialized with its state each micro-batch it appears in, so this bounds the operator's per-batch work.
+    dns_history_s: float = 1200.0
     unknown_lease_s: float = 3600.0  # a session with no logged lease length ends this long after its last ACK
     # A lease is declared expired only when log time is this far past its end: a RELEASE or renewal logged by
     # another source may still be on its way (attribution does not wait for this: it uses the lease end).
@@ -82,7 +89,9 @@ def session_id(ip: str, mac: str, start: float) -> str:
 class LeaseBook:
     ip: str
     sessions: list[Session] = field(default_factory=list)
-    dns: list[tuple[str, str, float]] = field(default_factory=list)  # (answer ip, domain, ts)
+    # answer ip -> the newest lookups of it by this client, oldest first: [(ts, domain), ...]. Indexed by address
+    # so a connection finds its name in O(1), not by scanning an hour of answers.
+    dns: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     waiting: list[dict[str, Any]] = field(default_factory=list)      # events waiting for a lease
     releases: list[tuple[float, str | None]] = field(default_factory=list)  # RELEASEs that came before their ACK
     max_ts: float = float("-inf")
@@ -96,9 +105,16 @@ class LeaseBook:
     @classmethod
     def from_json(cls, text: str) -> LeaseBook:
         d = json.loads(text)
-        return cls(ip=d["ip"], sessions=[Session(**s) for s in d["sessions"]],
-                   dns=[tuple(x) for x in d["dns"]], waiting=d["waiting"], max_ts=d["max_ts"],
-                   releases=[tuple(x) for x in d.get("releases", [])])
+        raw_dns = d["dns"]
+        if isinstance(raw_dns, list):  # the earlier format: a flat list of (answer ip, domain, ts)
+            by_ip: dict[str, list[tuple[float, str]]] = {}
+            for ip, domain, ts in raw_dns:
+                by_ip.setdefault(ip, []).append((ts, domain))
+            dns = {ip: sorted(v)[-MAX_ANSWERS_PER_IP:] for ip, v in by_ip.items()}
+        else:
+            dns = {ip: [tuple(x) for x in v] for ip, v in raw_dns.items()}
+        return cls(ip=d["ip"], sessions=[Session(**s) for s in d["sessions"]], dns=dns, waiting=d["waiting"],
+                   max_ts=d["max_ts"], releases=[tuple(x) for x in d.get("releases", [])])
 
     # -- DHCP ------------------------------------------------------------------------------------------------
     def _row(self, s: Session, state: str, at: float) -> dict[str, Any]:
@@ -193,15 +209,22 @@ class LeaseBook:
     # -- DNS ---------------------------------------------------------------------------------------------------
     def add_answers(self, ts: float, domain: str, ips: list[str]) -> None:
         for ip in ips:
-            self.dns.append((ip, domain, ts))
+            answers = self.dns.setdefault(ip, [])
+            answers.append((ts, domain))
+            if len(answers) > 1 and answers[-2][0] > ts:  # arrived out of order
+                answers.sort()
+            if len(answers) > MAX_ANSWERS_PER_IP:
+                del answers[0]
 
     def domain_for(self, ip: str, ts: float, limits: Limits) -> str | None:
         """The name this client resolved to ``ip`` most recently before ``ts`` (within the DNS window)."""
-        best = None
-        for a_ip, domain, a_ts in self.dns:
-            if a_ip == ip and ts - limits.dns_window_s <= a_ts <= ts and (best is None or a_ts >= best[1]):
-                best = (domain, a_ts)
-        return best[0] if best else None
+        for a_ts, domain in reversed(self.dns.get(ip, ())):
+            if a_ts <= ts:
+                return domain if a_ts >= ts - limits.dns_window_s else None
+        return None
+
+    def answer_count(self) -> int:
+        return sum(len(v) for v in self.dns.values())
 
     # -- housekeeping ------------------------------------------------------------------------------------------
     def prune(self, limits: Limits) -> list[dict[str, Any]]:
@@ -210,8 +233,8 @@ class LeaseBook:
         horizon = self.max_ts - limits.history_s
         self.sessions = [s for s in self.sessions if not s.closed or (s.end or s.start) >= horizon]
         self.releases = [r for r in self.releases if r[0] >= horizon]
-        # Answers are kept as long as sessions, so a connection logged late still finds its lookup.
-        self.dns = [a for a in self.dns if a[2] >= horizon - limits.dns_window_s]
+        oldest = self.max_ts - max(limits.dns_history_s, limits.dns_window_s)
+        self.dns = {ip: kept for ip, answers in self.dns.items() if (kept := [a for a in answers if a[0] >= oldest])}
         return out
 
     def close_all(self, limits: Limits) -> list[dict[str, Any]]:

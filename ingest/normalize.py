@@ -4,7 +4,6 @@ Plain ``DataFrame -> DataFrame`` functions, used unchanged by the stream (``nigh
 ``nightjar parse FILE…`` and by tests::
 
     parsed = parse_records(bronze)              # exactly one row per input row
-    parsed = deduplicate(parsed, "10 minutes")  # streaming: drop replayed records by event.id
     events = to_events(parsed)                  # good rows, ECS columns only, fixed schema
     bad = to_quarantine(parsed)                 # raw bytes + coordinates + parser + error
 
@@ -25,19 +24,18 @@ unreadable ``ts``), ``syslog_rfc5424`` / ``syslog_rfc3164`` (no or malformed hea
 from __future__ import annotations
 
 import functools
-import re
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from core.config import DEFAULT_DEDUP_DELAY, DEFAULT_MAX_RECORD_BYTES
+from core.config import DEFAULT_MAX_RECORD_BYTES
 from ingest.ecs_schema import ECS_COLUMNS, assemble
 from ingest.parsers import syslog, zeek
 from ingest.parsers import values as V
 from ingest.parsers.field_map import Fields, coalesce_fields, non_empty
 
 FORMATS = ("auto", "syslog", "zeek")
-RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "ingested_at")
+RAW_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers", "ingested_at")
 QUARANTINE_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "parser", "error")
 ERROR_COLUMN = "_error"
 EVENT_TIME_COLUMN = "_event_time"
@@ -45,6 +43,7 @@ PARSER_DECODE = "decode"
 # A record header naming the file a line came from (set by ingest.file_source): part of event.id, so that
 # line 7 of two different files gets two ids.
 SOURCE_FILE_HEADER = "nightjar.source_file"
+HEADERS_TYPE = "array<struct<key: string, value: binary>>"  # Kafka record headers
 EVENT_ID_HEX_CHARS = 32  # 128 bits of SHA-256: collision-free in practice, short enough to read
 
 
@@ -138,6 +137,7 @@ def _decode(bronze: _Plan) -> _Plan:
         F.col("key") if "key" in cols else F.lit(None).cast("binary").alias("key"),
         value, F.col("topic"), F.col("partition"), F.col("offset"),
         F.col("timestamp") if "timestamp" in cols else F.lit(None).cast("timestamp").alias("timestamp"),
+        F.col("headers") if "headers" in cols else F.lit(None).cast(HEADERS_TYPE).alias("headers"),
         (F.coalesce(F.col("ingested_at"), F.current_timestamp()) if "ingested_at" in cols
          else F.current_timestamp()).alias("ingested_at"),
     ]
@@ -227,46 +227,6 @@ def _pivots(values: dict[str, Column]) -> Fields:
         "network.type": (F.when(F.coalesce(source_ip, destination_ip).contains(":"), F.lit("ipv6"))
                          .when(F.coalesce(source_ip, destination_ip).isNotNull(), F.lit("ipv4"))),
     }
-
-
-_DELAY = re.compile(r"^\s*([0-9]+)\s+(second|minute|hour|day)s?\s*$")
-_UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-
-
-def interval_seconds(delay: str) -> float:
-    """``"10 minutes"`` -> 600.0 (the spellings :func:`deduplicate` accepts)."""
-    m = _DELAY.match(delay)
-    if not m:
-        raise ValueError(f"delay must look like '10 minutes' (seconds/minutes/hours/days), not {delay!r}")
-    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-
-
-def deduplicate(parsed: DataFrame, delay: str = DEFAULT_DEDUP_DELAY) -> DataFrame:
-    """Drop records whose ``event.id`` was already seen within ``delay`` (streaming and batch, append mode).
-
-    Watermarked on the event's ``@timestamp``, clamped to ``[ingested_at - delay, ingested_at]``; quarantined
-    rows (no usable ``@timestamp``) use ``ingested_at``. The clamp is deliberate: Spark drops rows older than
-    the watermark, so an unclamped watermark would silently lose a host's late-delivered logs, and one line
-    with a clock in the year 2099 would push the watermark ahead and drop everything after it. Clamped, no
-    row is ever behind the watermark (count in = events + quarantine + duplicates, always), replays of the
-    same Kafka records (same ids) are dropped, and the state holds at most ``delay`` worth of ids.
-
-    The watermarked column ``_event_time`` (:data:`EVENT_TIME_COLUMN`) stays in the output: a stateful operator
-    downstream (``enrich.dhcp_sessions``) needs it to see the watermark; ``to_events`` / ``to_quarantine`` drop it.
-    """
-    if not _DELAY.match(delay):
-        raise ValueError(f"delay must look like '10 minutes' (seconds/minutes/hours/days), not {delay!r}")
-    interval = F.expr(f"INTERVAL {delay.strip()}")
-    ingested = F.coalesce(F.col("ingested_at"), F.current_timestamp())
-    ts = F.col("`@timestamp`")
-    event_time = (F.when(F.col(ERROR_COLUMN).isNull() & ts.isNotNull(),
-                         F.least(F.greatest(ts, ingested - interval), ingested))
-                  .otherwise(ingested))
-    keyed = (parsed.withColumn("_event_time", event_time)
-             .withColumn("_dedup_id", F.col("event.id")))
-    return (keyed.withWatermark("_event_time", delay.strip())
-            .dropDuplicatesWithinWatermark(["_dedup_id"])
-            .drop("_dedup_id"))
 
 
 def to_events(parsed: DataFrame) -> DataFrame:

@@ -1,35 +1,41 @@
-"""``nightjar run``: the streaming pipeline, Kafka -> Delta, exactly once.
+"""``nightjar run``: the streaming pipeline, Kafka -> Delta -> alerts, exactly once, supervised.
 
-Queries (each with its own checkpoint under ``<lake>/_checkpoints/<name>``):
+The topology (docs/topology.md has the diagram and the measurements behind it) is two queries, plus one per
+Python rule that brings its own plan:
 
-* ``bronze``: every raw Kafka record of both raw topics, as it arrived, plus ``ingested_at``.
-* ``events``: the same records parsed and normalized to ECS (``ingest.normalize``), deduplicated within
-  the watermark, enriched, into ``events``; what cannot be parsed goes to ``quarantine`` with the reason.
-* ``detect``: the detection rules over the ``events`` table (``alerts/detection_stream.py``): alerts to
-  ``nightjar.alerts`` and the ``alerts`` table; rule files re-read while running. With ``--available-now`` they
-  run after the ingest queries have drained Kafka.
+* ``ingest`` reads Kafka once. Each micro-batch: every record -> ``bronze``; parsed to ECS (``ingest.normalize``)
+  -> DHCP sessions and host attribution (``enrich.dhcp_sessions``, the one ``applyInPandasWithState`` operator)
+  -> reference joins (``enrich.static_joins``) -> ``events``; unparseable records -> ``quarantine``; session
+  changes -> ``dhcp_sessions``; and the single-event rules over the batch's events -> alerts, in the same batch.
+* ``windowed`` reads new ``events`` commits and runs every correlation and windowed Python rule in one
+  aggregation (``alerts.window_aggregator``) -> alerts. (``windowed-append`` joins it when a rule needs append
+  mode.)
 
-The two queries read Kafka independently: bronze never waits for parsing, and a parser change can be
-re-run from Kafka or bronze without touching the raw copy.
+Each table commits with its own Delta app id and the batch id (``ingest.delta_sink``), so a batch replayed after
+a crash writes only what it had not written; alerts go to Kafka before their Delta commit.
 
-Each query reads Kafka with the ``nightjar_kafka`` source and writes Delta with
-:func:`ingest.delta_sink.write_batch`, so a restart after any crash re-reads exactly the offsets of the
-unfinished micro-batch and a batch already committed to Delta is not written twice.
+Supervision: a query that fails at run time is restarted from its checkpoint with exponential backoff; the rules
+it carries are marked ``restarting`` (``nightjar rules list``, ``pipeline_progress``) and a health alert goes to
+the SOC. Data loss and a failure that keeps coming back for ``--max-restarts`` attempts stop the run with one
+line. Rule files are re-read while running: the ingest batch picks up single-event rules at once, the windowed
+query restarts on its checkpoint with the new rule set (unchanged rules keep their windows).
 
-``--available-now`` drains what is in Kafka when the run starts and exits; otherwise the queries run
-until SIGTERM / Ctrl-C, which stops them between micro-batches.
+``--available-now`` drains what is in Kafka, then runs the detections over what was written, and exits. The
+ingest query is stopped only after a micro-batch without new input has run: that batch releases the events still
+waiting for a DHCP lease, so a backfill always ends with all of its events written.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
-import re
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -46,19 +52,17 @@ from core.config import (
     TABLE_QUARANTINE,
     Settings,
 )
+from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, summarize_query_error
 
 log = logging.getLogger(__name__)
 
-QUERY_BRONZE = "bronze"
-QUERY_EVENTS = "events"
-QUERY_DETECT = "detect"  # the detection queries (alerts/detection_stream.py), started after the ingest queries
-
-
-def to_bronze(records: DataFrame) -> DataFrame:
-    """Kafka records -> bronze rows: the record untouched plus the time the pipeline ingested it."""
-    return records.select("key", "value", "topic", "partition", "offset", "timestamp", "headers",
-                          F.current_timestamp().alias("ingested_at"))
+QUERY_INGEST = "ingest"
+QUERY_DETECT = "detect"  # every detection query (windowed, windowed-append, one per own-plan Python rule)
+QUERIES = (QUERY_INGEST, QUERY_DETECT)
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
+DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
+DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
 
 
 @dataclass(frozen=True)
@@ -74,82 +78,80 @@ class Trigger:
         return writer.trigger(processingTime=self.interval)
 
 
-_UNITS = {"ms": "milliseconds", "s": "seconds", "sec": "seconds", "m": "minutes", "min": "minutes"}
-
-
 def parse_interval(text: str) -> str:
     """``1s`` / ``500ms`` / ``2 minutes`` -> Spark's interval spelling; UserError on anything else."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|milliseconds?|seconds?|minutes?)\s*", text)
-    if not m:
-        raise UserError(f"--trigger {text!r} is not an interval: use e.g. 500ms, 1s, 2 minutes", exit_code=2)
-    value, unit = m.groups()
-    unit = _UNITS.get(unit, unit if unit.endswith("s") else unit + "s")
-    return f"{value} {unit}"
+    try:
+        seconds = parse_duration(text, "--trigger")
+    except ValueError as exc:
+        raise UserError(str(exc), exit_code=2) from None
+    if seconds <= 0:
+        raise UserError(f"--trigger {text!r} must be longer than zero", exit_code=2)
+    return spark_interval(seconds)
 
 
-def start_bronze(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
-    from ingest.delta_sink import write_batch
-    from ingest.kafka_source import read_kafka
-
-    path = settings.table_path(TABLE_BRONZE)
-    app_id = f"nightjar.{QUERY_BRONZE}"
-
-    def write(df: DataFrame, batch_id: int) -> None:
-        write_batch(df, path, app_id, batch_id)
-
-    writer = (
-        to_bronze(read_kafka(spark, settings)).writeStream.queryName(QUERY_BRONZE)
-        .foreachBatch(write)
-        .option("checkpointLocation", str(settings.checkpoint(QUERY_BRONZE)))
-    )
-    return trigger.apply(writer).start()
+def to_bronze(records: DataFrame) -> DataFrame:
+    """Kafka records -> bronze rows: the record untouched plus the time the pipeline ingested it."""
+    return records.select("key", "value", "topic", "partition", "offset", "timestamp", "headers",
+                          F.current_timestamp().alias("ingested_at"))
 
 
-def start_events(spark: SparkSession, settings: Settings, trigger: Trigger) -> StreamingQuery:
-    """Raw records -> ECS ``events`` (parsed, deduplicated, attributed to DHCP lease holders, named by DNS,
-    enriched with the reference tables), ``quarantine`` and ``dhcp_sessions``, all from the same micro-batch.
+# -- the ingest query ----------------------------------------------------------------------------------------------
+def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, detector=None) -> StreamingQuery:
+    """Kafka -> bronze, events, quarantine, dhcp_sessions and single-event alerts, all from one micro-batch.
 
-    Each table commits with its own app id and the batch id, so a crash between commits replays the batch and
-    writes only the tables that missed it: count in = events + quarantine (+ events still waiting for their
-    lease in the operator's state), always. Reference tables are re-read when their Delta version changes, so
-    an indicator added to ``iocs`` is matched from the next micro-batch on.
+    ``detector`` (``alerts.detection_stream.SingleEventDetector``) runs the single-event rules over the batch's
+    events after they are committed; a failure there fails the batch, which is replayed (the tables it already
+    committed skip the replay).
     """
+    from alerts.detection_stream import BATCH_TS, batch_time
     from enrich.dhcp_sessions import (
         attribute_stream,
         dhcp_networks_from_lake,
         events_from,
         quarantine_from,
+        records_from,
         sessions_from,
     )
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
-    from ingest.normalize import deduplicate, interval_seconds, parse_records
+    from ingest.normalize import parse_records
 
-    events_path = settings.table_path(TABLE_EVENTS)
-    quarantine_path = settings.table_path(TABLE_QUARANTINE)
-    sessions_path = settings.table_path(TABLE_DHCP_SESSIONS)
+    paths = {name: settings.table_path(name)
+             for name in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_DHCP_SESSIONS)}
     enrich = _static_enrichment(spark, settings)
 
-    def write(df: DataFrame, batch_id: int) -> None:
-        df.persist()  # read Kafka, parse and run the stateful operator once for the three tables
-        try:
-            write_batch(enrich(events_from(df)), events_path, f"nightjar.{QUERY_EVENTS}.{TABLE_EVENTS}", batch_id)
-            write_batch(quarantine_from(df), quarantine_path, f"nightjar.{QUERY_EVENTS}.{TABLE_QUARANTINE}",
-                        batch_id)
-            write_batch(sessions_from(df), sessions_path, f"nightjar.{QUERY_EVENTS}.{TABLE_DHCP_SESSIONS}",
-                        batch_id)
-        finally:
-            df.unpersist()
+    def app(table: str) -> str:
+        return f"nightjar.{QUERY_INGEST}.{table}"
 
-    parsed = deduplicate(parse_records(to_bronze(read_kafka(spark, settings))), settings.dedup_delay)
-    unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)),
-                               watermark_delay_s=interval_seconds(settings.dedup_delay))
-    writer = (
-        unified.writeStream.queryName(QUERY_EVENTS)
-        .foreachBatch(write)
-        .option("checkpointLocation", str(settings.checkpoint(QUERY_EVENTS)))
-    )
-    return trigger.apply(writer).start()
+    def write(df: DataFrame, batch_id: int) -> None:
+        unified = df.persist()  # Kafka read, parsed and attributed once for every table
+        try:
+            write_batch(records_from(unified), paths[TABLE_BRONZE], app(TABLE_BRONZE), batch_id)
+            events = enrich(events_from(unified)).persist()
+            try:
+                write_batch(events, paths[TABLE_EVENTS], app(TABLE_EVENTS), batch_id)
+                write_batch(quarantine_from(unified), paths[TABLE_QUARANTINE], app(TABLE_QUARANTINE), batch_id)
+                write_batch(sessions_from(unified), paths[TABLE_DHCP_SESSIONS], app(TABLE_DHCP_SESSIONS), batch_id)
+                if detector is not None:
+                    detector(events, batch_id, lambda: batch_time(unified))
+            finally:
+                events.unpersist()
+        finally:
+            unified.unpersist()
+
+    drain = trigger.available_now
+    records = read_kafka(spark, settings, drain=drain)
+    parsed = parse_records(to_bronze(records), max_record_bytes=settings.max_record_bytes)
+    # A drain holds an event for its lease one micro-batch at most (the run stops after a batch without input,
+    # which releases them); a live run up to lease_hold_s.
+    hold_s = 0.0 if drain else settings.lease_hold_s
+    unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)), hold_s=hold_s)
+    writer = (unified.withColumn(BATCH_TS, F.current_timestamp()).writeStream.queryName(QUERY_INGEST)
+              .foreachBatch(write).option("checkpointLocation", str(settings.checkpoint(QUERY_INGEST))))
+    # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
+    # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
+    # supervisor stops it between two micro-batches, once one without input has run.
+    return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
 
 
 def _static_enrichment(spark: SparkSession, settings: Settings) -> Callable[[DataFrame], DataFrame]:
@@ -159,12 +161,6 @@ def _static_enrichment(spark: SparkSession, settings: Settings) -> Callable[[Dat
 
     cache = ReferenceCache(spark, settings.lake)
     return lambda events: enrich_static(events, cache.current())
-
-
-QUERIES: dict[str, Callable[[SparkSession, Settings, Trigger], StreamingQuery]] = {
-    QUERY_BRONZE: start_bronze,
-    QUERY_EVENTS: start_events,
-}
 
 
 def check_lake_writable(lake: Path) -> None:
@@ -178,9 +174,194 @@ def check_lake_writable(lake: Path) -> None:
         raise UserError(f"lake directory {lake} is not writable ({exc.strerror}): pass --lake DIR") from exc
 
 
+# -- supervision ---------------------------------------------------------------------------------------------------
+@dataclass
+class Managed:
+    """A query the supervisor keeps running: how to start it, which rules it carries, how it has fared."""
+
+    name: str
+    start: Callable[[], StreamingQuery]
+    rules: Callable[[], list[str]] = list
+    max_restarts: int | None = None  # None: retry for ever (detections: coverage is what matters)
+    query: StreamingQuery | None = None
+    restarts: int = 0
+    restart_at: float | None = None
+    done: bool = False
+    history: list[StreamingQuery] = field(default_factory=list)
+
+
+class Supervisor:
+    """Starts the queries, restarts the ones that fail, follows the rule files, reports rule health."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, trigger: Trigger, names: list[str],
+                 recorder=None, poll_s: float = 10.0, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
+        from alerts.detection_stream import RuleHealth, RuleSet, SingleEventDetector
+        from alerts.rule_loader import BUILTIN_RULES
+
+        self.spark, self.settings, self.trigger, self.names = spark, settings, trigger, names
+        self.recorder = recorder
+        self.poll_s = poll_s
+        self.max_restarts = max_restarts
+        self.health = RuleHealth(sink=recorder.add_rows if recorder is not None else None)
+        self.health.on_failure = self._health_alerts
+        self.ruleset = RuleSet(spark, list(settings.rules) or [BUILTIN_RULES], self.health)
+        self.ruleset.reload(force=True)
+        self.detector = SingleEventDetector(settings, self.ruleset, f"nightjar.{QUERY_INGEST}.alerts")
+        self.managed: dict[str, Managed] = {}
+        self._windowed_sig: dict[str, tuple] = {}
+        self._last_reload = time.monotonic()
+        self._health_folder = None
+        self._health_batch: int | None = None
+
+    # -- starting ------------------------------------------------------------------------------------------------
+    def start_ingest(self) -> None:
+        single = lambda: [r.rule_id for r in self.ruleset.current()[0]]  # noqa: E731
+        self._add(Managed(QUERY_INGEST, lambda: start_ingest(self.spark, self.settings, self.trigger,
+                                                             self.detector if QUERY_DETECT in self.names else None),
+                          rules=single, max_restarts=self.max_restarts))
+
+    def start_detection(self) -> None:
+        if QUERY_DETECT not in self.names:
+            return
+        self._sync_detection()
+
+    def _sync_detection(self) -> None:
+        """Start, restart or stop the detection queries so they match the current rules."""
+        from alerts.detection_stream import (
+            QUERY_WINDOWED,
+            QUERY_WINDOWED_APPEND,
+            own_query_name,
+            start_own_query,
+            start_windowed,
+            windowed_signature,
+        )
+
+        _, windowed, own = self.ruleset.current()
+        for name, mode in ((QUERY_WINDOWED, "update"), (QUERY_WINDOWED_APPEND, "append")):
+            rules = [r for r in windowed if r.windowed.output_mode == mode]
+            sig = windowed_signature(rules, mode)
+            if self._windowed_sig.get(name) == sig and (name in self.managed or not rules):
+                continue
+            if name in self.managed:
+                log.info("rules changed: restarting query %s on its checkpoint", name)
+                self._remove(name)
+            self._windowed_sig[name] = sig
+            if rules:
+                self._add(Managed(name, lambda rules=rules, mode=mode: start_windowed(
+                    self.spark, self.settings, self.ruleset, rules, self.trigger, mode),
+                    rules=lambda rules=rules: [r.rule_id for r in rules]))
+        wanted = {own_query_name(r): r for r in own}
+        for name in [n for n in self.managed if n.startswith("rule.")]:
+            rule = wanted.get(name)
+            if rule is None or self.managed[name].rules() != [rule.rule_id] or \
+                    getattr(self.managed[name], "digest", None) != rule.digest:
+                log.info("rule query %s: its rule changed or was removed, stopping it", name)
+                self._remove(name)
+        for name, rule in wanted.items():
+            if name not in self.managed:
+                m = Managed(name, lambda rule=rule: start_own_query(self.spark, self.settings, self.ruleset, rule,
+                                                                    self.trigger),
+                            rules=lambda rule=rule: [rule.rule_id])
+                m.digest = rule.digest  # type: ignore[attr-defined]
+                self._add(m)
+
+    def _add(self, m: Managed) -> None:
+        self.managed[m.name] = m
+        self._start(m)
+
+    def _start(self, m: Managed) -> None:
+        m.query = m.start()
+        m.history.append(m.query)
+        m.restart_at = None
+        log.info("query %s started (checkpoint %s)", m.name, self.settings.checkpoint(m.name))
+
+    def _remove(self, name: str) -> None:
+        m = self.managed.pop(name)
+        if m.query is not None and m.query.isActive:
+            m.query.stop()
+
+    # -- watching --------------------------------------------------------------------------------------------------
+    def queries(self) -> list[StreamingQuery]:
+        return [q for m in self.managed.values() for q in m.history]
+
+    def active(self) -> list[Managed]:
+        return [m for m in self.managed.values() if not m.done]
+
+    def poll(self) -> None:
+        """One round: notice failures and restart what is due; in a live run, follow the rule files."""
+        now = time.monotonic()
+        for m in list(self.managed.values()):
+            if m.done or m.query is None:
+                continue
+            if m.restart_at is not None:
+                if now >= m.restart_at:
+                    log.info("restarting query %s (attempt %d)", m.name, m.restarts)
+                    try:
+                        self._start(m)
+                    except Exception as exc:  # e.g. the broker is still unreachable
+                        self._failed(m, summarize_query_error(str(exc)))
+                continue
+            if m.query.isActive:
+                if self.trigger.available_now and m.name == QUERY_INGEST and self._drained(m.query):
+                    log.info("ingest: input drained and waiting events released: stopping the query")
+                    m.query.stop()  # between two micro-batches: the next one is up to DRAIN_TRIGGER away
+                    m.done = True
+                continue
+            exc = m.query.exception()
+            if exc is None:
+                m.done = True  # available-now: finished
+                continue
+            self._failed(m, summarize_query_error(str(exc)))
+        if not self.trigger.available_now and now - self._last_reload >= self.poll_s:
+            self._last_reload = now
+            if self.ruleset.reload():
+                self._sync_detection()
+            self.health.report()
+
+    @staticmethod
+    def _drained(query: StreamingQuery) -> bool:
+        progress = query.lastProgress
+        return bool(progress) and int(progress.get("numInputRows", 0)) == 0
+
+    def _failed(self, m: Managed, error: str) -> None:
+        if error.startswith("data loss in Kafka"):
+            raise DataLossError(error)
+        m.restarts += 1
+        rules = m.rules()
+        if rules:
+            self.health.failed(rules, error)
+        if m.max_restarts is not None and m.restarts > m.max_restarts:
+            raise UserError(f"query {m.name} failed {m.restarts} times in a row; last error: {error}")
+        delay = BACKOFF_S[min(m.restarts - 1, len(BACKOFF_S) - 1)]
+        m.restart_at = time.monotonic() + delay
+        log.error("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
+
+    def stop(self) -> None:
+        for m in self.managed.values():
+            if m.query is not None and m.query.isActive:
+                m.query.stop()
+
+    # -- health alerts ---------------------------------------------------------------------------------------------
+    def _health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
+        """One health alert per rule whose query failed: the SOC learns that coverage dropped."""
+        from alerts.detection_stream import HEALTH_RULE, AlertFolder
+        from ingest.delta_sink import committed_batch
+
+        if self._health_folder is None:
+            self._health_folder = AlertFolder(self.settings, "nightjar.health", {HEALTH_RULE.rule_id: HEALTH_RULE})
+            done = committed_batch(self.settings.table_path("alerts"), "nightjar.health")
+            self._health_batch = (done or 0)
+        cands = [{"rule_id": HEALTH_RULE.rule_id, "entity": {"type": "rule", "value": rid}, "window_start": at,
+                  "window_end": at, "first_seen": at, "last_seen": at, "event_count": 1, "evidence": [],
+                  "host_name": None, "user_name": None, "detail": f"its query failed: {error}"[:300]}
+                 for rid in rule_ids]
+        self._health_batch += 1
+        self._health_folder.process(cands, self._health_batch, at)
+
+
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
-                 stop_event: threading.Event | None = None) -> None:
-    """Start the queries and wait until they finish (available-now), fail, or ``stop_event`` is set."""
+                 stop_event: threading.Event | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
+    """Start the queries and supervise them until they finish (available-now), the run fails, or ``stop_event``."""
     from core.spark_session import build_spark
     from ingest.embedded_broker import check_reachable, ensure_topics
     from nightjar.progress_recorder import ProgressRecorder
@@ -191,110 +372,82 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
     spark = build_spark(settings, app_name="nightjar-pipeline")
     recorder = ProgressRecorder(settings.table_path(TABLE_PIPELINE_PROGRESS))
     spark.streams.addListener(recorder)
-    names = queries or list(QUERIES)
+    names = list(queries or QUERIES)
     stop_event = stop_event or threading.Event()
-    started: list[StreamingQuery] = []
-    supervisor = None
+    supervisor = Supervisor(spark, settings, trigger, names, recorder, max_restarts=max_restarts)
     try:
-        for name in names:
-            if name in QUERIES:
-                started.append(QUERIES[name](spark, settings, trigger))
-                log.info("started query %s (checkpoint %s)", name, settings.checkpoint(name))
-        if QUERY_DETECT in names and not trigger.available_now:
-            supervisor = _detection(spark, settings, trigger)
-            started += supervisor.start()
-        _wait(started, stop_event, supervisor)
-        if (QUERY_DETECT in names and trigger.available_now and not stop_event.is_set()
-                and not any(q.exception() is not None for q in started)):
-            # available-now: detect over what the ingest queries wrote, once they are done
-            supervisor = _detection(spark, settings, trigger)
-            started += supervisor.start()
-            _wait(started, stop_event, supervisor)
+        if QUERY_INGEST in names:
+            supervisor.start_ingest()
+            if trigger.available_now:  # detect over what the ingest query wrote, once it is done
+                _supervise(supervisor, stop_event)
+        if not stop_event.is_set():
+            supervisor.start_detection()
+            _supervise(supervisor, stop_event)
     finally:
-        if supervisor is not None:
-            started += [q for q in supervisor.queries() if q not in started]
-        for q in started:
-            if q.isActive:
-                q.stop()
-        if supervisor is not None:
-            from alerts.alert_sink import close_producers
+        supervisor.stop()
+        from alerts.alert_sink import close_producers
 
-            close_producers()  # no micro-batch publishes any more
-        if not recorder.wait_terminated([str(q.id) for q in started]):
+        close_producers()  # no micro-batch publishes any more
+        if not recorder.wait_terminated([str(q.id) for q in supervisor.queries()]):
             log.warning("the progress listener did not see every query end: progress may be incomplete")
+        supervisor.health.report()
         recorder.flush()
         spark.streams.removeListener(recorder)
-    for q in started:
-        if supervisor is not None and supervisor.is_rule_query(q):
-            continue  # a failed rule was reported and skipped; it does not fail the pipeline
-        _raise_if_failed(q)
 
 
-def _detection(spark: SparkSession, settings: Settings, trigger: Trigger):
-    from alerts.detection_stream import DetectionSupervisor
-    from alerts.rule_loader import BUILTIN_RULES
-
-    return DetectionSupervisor(spark, settings, list(settings.rules) or [BUILTIN_RULES], trigger)
-
-
-def _wait(queries: list[StreamingQuery], stop_event: threading.Event | None, supervisor=None) -> None:
-    """Until every query has ended, one has failed, or a stop is requested (polling: awaitTermination
-    would raise the failure here, and it is reported once, by ``_raise_if_failed``). Meanwhile the detection
-    supervisor re-reads changed rule files and reaps failed rule queries (a broken rule does not stop the rest)."""
-    stop_event = stop_event or threading.Event()
-    while True:
-        rule_queries = supervisor.rule_queries() if supervisor is not None else []
-        core = [q for q in queries if supervisor is None or not supervisor.is_rule_query(q)]
-        if not any(q.isActive for q in core + rule_queries):
+def _supervise(supervisor: Supervisor, stop_event: threading.Event) -> None:
+    # A drain is stopped right after its first micro-batch without input: poll often enough to stop it before the
+    # next trigger.
+    interval = 0.1 if supervisor.trigger.available_now else 0.5
+    while supervisor.active():
+        supervisor.poll()
+        if not supervisor.active():
             return
-        if any(not q.isActive and q.exception() is not None for q in core):
+        if stop_event.wait(interval):
+            log.info("stop requested: stopping %d queries", len(supervisor.active()))
             return
-        if stop_event.wait(0.5):
-            log.info("stop requested: stopping %d queries", len(core) + len(rule_queries))
-            return
-        if supervisor is not None:
-            supervisor.poll()
-
-
-def _raise_if_failed(query: StreamingQuery) -> None:
-    exc = query.exception()
-    if exc is None:
-        return
-    summary = summarize_query_error(str(exc))
-    if summary.startswith("data loss in Kafka"):
-        raise DataLossError(summary)
-    raise UserError(f"query {query.name} failed: {summary}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--available-now", action="store_true",
-                        help="process what is in Kafka now, then exit")
+                        help="process what is in Kafka now, run the detections over it, then exit")
     parser.add_argument("--trigger", default="1s", metavar="INTERVAL",
                         help="micro-batch interval when running continuously (default 1s)")
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
-                        help="cap on records per micro-batch over all partitions (default: no cap)")
+                        help="cap on records per micro-batch over all partitions (default 200000: live batches "
+                             "take what arrived since the last one, a backlog is caught up in large batches)")
+    parser.add_argument("--max-record-bytes", type=int, metavar="N",
+                        help="records larger than this go to quarantine unparsed (default 65536)")
     parser.add_argument("--no-fail-on-data-loss", action="store_true",
                         help="when checkpointed offsets are gone from Kafka, re-read from the earliest offset "
                              "and log a warning instead of failing")
-    parser.add_argument("--query", action="append", choices=sorted([*QUERIES, QUERY_DETECT]), dest="queries",
-                        help="run only this query (repeatable; default: all)")
+    parser.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS, metavar="N",
+                        help=f"restarts of the ingest query after run-time failures before the run fails "
+                             f"(default {DEFAULT_MAX_RESTARTS}; detection queries are restarted for ever)")
+    parser.add_argument("--query", action="append", choices=list(QUERIES), dest="queries",
+                        help="run only this part (repeatable; default: all)")
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="detection rule file or directory (repeatable; default: the built-in rule pack); "
                              "files are re-read while running")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger <= 0:
-        raise UserError("--max-offsets-per-trigger must be a positive number", exit_code=2)
+    for flag in ("max_offsets_per_trigger", "max_record_bytes"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive number", exit_code=2)
+    if args.max_restarts < 0:
+        raise UserError("--max-restarts must not be negative", exit_code=2)
     trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
     for p in args.rules or []:
         if not p.exists():
             raise UserError(f"rules path {p} does not exist", exit_code=2)
-    settings = settings.with_(
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        fail_on_data_loss=not args.no_fail_on_data_loss,
-        rules=tuple(args.rules or ()),
-    )
+    changes = {"fail_on_data_loss": not args.no_fail_on_data_loss, "rules": tuple(args.rules or ())}
+    if args.max_offsets_per_trigger is not None:
+        changes["max_offsets_per_trigger"] = args.max_offsets_per_trigger
+    if args.max_record_bytes is not None:
+        changes["max_record_bytes"] = args.max_record_bytes
+    settings = settings.with_(**changes)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -305,6 +458,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info("pipeline: bootstrap %s, lake %s, %s", settings.bootstrap_servers, settings.lake,
              "available-now" if trigger.available_now else f"trigger every {trigger.interval}")
-    run_pipeline(settings, trigger, args.queries or [*QUERIES, QUERY_DETECT], stop)
+    run_pipeline(settings, trigger, args.queries or list(QUERIES), stop, max_restarts=args.max_restarts)
     log.info("pipeline stopped")
     return 0

@@ -36,6 +36,14 @@ PROGRESS_SCHEMA = pa.schema(
         ("state_rows", pa.int64()),
         ("state_memory_bytes", pa.int64()),
         ("progress_json", pa.string()),
+        # events kept out of detection in the batch (stamped too far in the future; alerts/detection_input.py)
+        ("excluded_rows", pa.int64()),
+        # rule-health rows (query_name "rule:<id>"): the newest row per rule_id is the rule's current health
+        ("rule_id", pa.string()),
+        ("status", pa.string()),  # running | restarting | failed | disabled
+        ("error", pa.string()),
+        ("last_batch_at", pa.timestamp("us", tz="UTC")),
+        ("last_alert_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -59,7 +67,16 @@ def progress_row(progress: Any) -> dict[str, Any]:
         "state_rows": int(sum(s.numRowsTotal for s in states)),
         "state_memory_bytes": int(sum(s.memoryUsedBytes for s in states)),
         "progress_json": progress.json,
+        "excluded_rows": _excluded(progress),
     }
+
+
+def _excluded(progress: Any) -> int | None:
+    from alerts.detection_input import EXCLUDED_METRIC
+
+    metrics = progress.observedMetrics or {}
+    counts = [row[EXCLUDED_METRIC] for row in metrics.values() if EXCLUDED_METRIC in row.asDict()]
+    return int(sum(c or 0 for c in counts)) if counts else None
 
 
 class ProgressRecorder(StreamingQueryListener):
@@ -113,6 +130,11 @@ class ProgressRecorder(StreamingQueryListener):
         with self._terminated_changed:
             return self._terminated_changed.wait_for(lambda: set(query_ids) <= self._terminated, timeout_s)
 
+    def add_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Rows of other kinds (rule health), written with the next flush."""
+        with self._lock:
+            self._rows.extend(rows)
+
     def flush(self) -> int:
         """Append buffered rows to the table; returns how many were written."""
         from deltalake import write_deltalake
@@ -124,7 +146,7 @@ class ProgressRecorder(StreamingQueryListener):
                 return 0
             try:
                 write_deltalake(str(self.table_path), pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA),
-                                mode="append")
+                                mode="append", schema_mode="merge")
             except Exception:  # progress is best-effort: never let it stop the pipeline
                 log.exception("could not append %d rows to %s", len(rows), self.table_path)
                 return 0

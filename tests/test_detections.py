@@ -19,7 +19,7 @@ from alerts.rule_loader import BUILTIN_RULES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.lake import table_dataset
 from ingest.embedded_broker import EmbeddedBroker, free_port
-from nightjar.pipeline import QUERY_DETECT, QUERY_EVENTS, Trigger, run_pipeline
+from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, run_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 START = "2026-03-09T09:00:00Z"
@@ -77,7 +77,7 @@ def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raise
     bootstrap = broker_for_detections.bootstrap
     generate(bootstrap, lake, 40_000)
     settings = Settings(bootstrap=bootstrap, lake=lake, shuffle_partitions=2)
-    run_pipeline(settings, Trigger(available_now=True), [QUERY_EVENTS, QUERY_DETECT])
+    run_pipeline(settings, Trigger(available_now=True), [QUERY_INGEST, QUERY_DETECT])
 
     stream = newest_alerts(lake)
     # Every scenario of the run is detected by its rule, nothing fires on the hard negatives, few false alarms.
@@ -108,7 +108,7 @@ def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raise
     assert set(batch) == set(stream)
     assert {k: v["event_count"] for k, v in batch.items()} == {k: v["event_count"] for k, v in stream.items()}
     # ... and the pipeline's second run over the same input publishes nothing new.
-    run_pipeline(settings, Trigger(available_now=True), [QUERY_EVENTS, QUERY_DETECT])
+    run_pipeline(settings, Trigger(available_now=True), [QUERY_INGEST, QUERY_DETECT])
     assert len(table_dataset(lake, TABLE_ALERTS).to_table()) == len(rows)
 
 
@@ -133,7 +133,6 @@ def test_rule_files_added_changed_and_broken_while_the_pipeline_runs(spark, brok
     bootstrap = broker_for_detections.bootstrap
     generate(bootstrap, lake, 20_000, 11, "--scenarios", "sudo_non_admin,dns_dga")
     settings = Settings(bootstrap=bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,))
-    run_pipeline(settings, Trigger(available_now=True), [QUERY_EVENTS])  # the events to detect on
     shutil.copy(BUILTIN_RULES / "sudo_non_admin.yml", rules)
     (rules / "broken.yml").write_text(BROKEN)
 
@@ -142,7 +141,7 @@ def test_rule_files_added_changed_and_broken_while_the_pipeline_runs(spark, brok
 
     def pipeline() -> None:
         try:
-            run_pipeline(settings, Trigger(interval="1 second"), [QUERY_DETECT], stop)
+            run_pipeline(settings, Trigger(interval="1 second"), [QUERY_INGEST, QUERY_DETECT], stop)
         except BaseException as exc:  # reported by the assertion below
             failure.append(exc)
 
@@ -190,9 +189,9 @@ def test_a_pipeline_killed_mid_run_loses_no_alert_and_never_publishes_two_conten
     with EmbeddedBroker(port=free_port()) as own:
         generate(own.bootstrap, lake, 30_000, 5)
         settings = Settings(bootstrap=own.bootstrap, lake=lake, shuffle_partitions=2)
-        run_pipeline(settings, Trigger(available_now=True), [QUERY_EVENTS])
-        proc = subprocess.Popen([sys.executable, "-m", "nightjar.cli", "run", "--query", QUERY_DETECT, "--trigger",
-                                 "1s", "--bootstrap", own.bootstrap, "--lake", str(lake)], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, "-m", "nightjar.cli", "run", "--trigger", "1s",
+                                 "--max-offsets-per-trigger", "4000", "--bootstrap", own.bootstrap, "--lake",
+                                 str(lake)], cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + 300
@@ -208,7 +207,7 @@ def test_a_pipeline_killed_mid_run_loses_no_alert_and_never_publishes_two_conten
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # no clean shutdown: mid-batch if a batch is running
             proc.wait(30)
-        run_pipeline(settings, Trigger(available_now=True), [QUERY_DETECT])  # restart from the checkpoints
+        run_pipeline(settings, Trigger(available_now=True))  # restart from the checkpoints
 
         stream = newest_alerts(lake)
         rules, errors = load_rules([BUILTIN_RULES], events_schema(spark))

@@ -25,7 +25,7 @@ from core.config import (
     TOPIC_RAW_ZEEK,
     Settings,
 )
-from core.lake import row_count, table_dataset
+from core.lake import is_delta_table, row_count, table_dataset
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 
 X = "10.10.0.23"
@@ -110,7 +110,7 @@ def run_events(bootstrap: str, lake, *extra: str) -> None:
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        assert cli.main(["run", "--available-now", "--query", "events", "--bootstrap", bootstrap,
+        assert cli.main(["run", "--available-now", "--query", "ingest", "--bootstrap", bootstrap,
                          "--lake", str(lake), *extra]) == 0
     finally:
         for sig, handler in handlers.items():
@@ -196,7 +196,7 @@ def test_an_indicator_added_while_the_pipeline_runs_is_matched_from_the_next_bat
 
     def pipeline() -> None:
         try:
-            run_pipeline(settings, Trigger(interval="500 milliseconds"), ["events"], stop_event=stop)
+            run_pipeline(settings, Trigger(interval="500 milliseconds"), ["ingest"], stop_event=stop)
         except BaseException as exc:  # reported by the test
             failure.append(exc)
 
@@ -225,7 +225,7 @@ def test_an_indicator_added_while_the_pipeline_runs_is_matched_from_the_next_bat
 
 
 def uids(lake) -> set[str]:
-    if not (lake / TABLE_EVENTS).exists():
+    if not is_delta_table(lake / TABLE_EVENTS):
         return set()
     return set(by_uid(lake))
 

@@ -63,7 +63,7 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = cli.main(["run", "--available-now", "--query", "events", "--bootstrap", own_broker.bootstrap,
+        code = cli.main(["run", "--available-now", "--query", "ingest", "--bootstrap", own_broker.bootstrap,
                          "--lake", str(lake)])
     finally:
         for sig, handler in handlers.items():

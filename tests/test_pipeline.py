@@ -26,7 +26,7 @@ from core.config import (
 from core.errors import DataLossError
 from core.lake import row_count, table_dataset
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.pipeline import QUERIES, Trigger, parse_interval, run_pipeline
+from nightjar.pipeline import QUERY_INGEST, Trigger, parse_interval, run_pipeline
 from tests.kafka_records import produce
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,9 +61,15 @@ def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, 
     assert set(bronze["partition"].to_pylist()) == {0, 1, 2, 3}
     assert pc.min(bronze["ingested_at"]).as_py() >= pc.max(bronze["timestamp"]).as_py()
     progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
-    assert {p["query_name"] for p in progress} == set(QUERIES)
-    for query in QUERIES:  # each query reads both topics on its own
-        assert sum(p["num_input_rows"] for p in progress if p["query_name"] == query) == 4000, query
+    queries = {p["query_name"] for p in progress if p["rule_id"] is None}
+    assert QUERY_INGEST in queries and "windowed" in queries, queries
+    # Kafka is read once, by the ingest query; the windowed rules read the events it wrote.
+    assert sum(p["num_input_rows"] for p in progress if p["query_name"] == QUERY_INGEST) == 4000
+    assert sum(p["num_input_rows"] for p in progress if p["query_name"] == "windowed") == \
+        row_count(settings.lake, TABLE_EVENTS)
+    # Every rule reports its health; none failed.
+    health = {p["rule_id"]: p["status"] for p in progress if p["rule_id"] is not None}
+    assert "ssh_brute_force" in health and "ioc_match" in health and set(health.values()) == {"running"}
     # Count in = events + quarantine.
     assert row_count(settings.lake, TABLE_EVENTS) + row_count(settings.lake, TABLE_QUARANTINE) == 4000
     assert all(p["batch_duration_ms"] > 0 for p in progress if p["num_input_rows"])
@@ -77,15 +83,15 @@ def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_wr
     settings = settings.with_(bootstrap=own_broker.bootstrap, max_offsets_per_trigger=500)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
     produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG, 1200)
-    run_pipeline(settings, Trigger(available_now=True), ["bronze"])
+    run_pipeline(settings, Trigger(available_now=True), [QUERY_INGEST])
     assert row_count(settings.lake, TABLE_BRONZE) == 1200
-    commits = settings.checkpoint("bronze") / "commits"
+    commits = settings.checkpoint(QUERY_INGEST) / "commits"
     last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     # Spark "crashed" after Delta committed batch `last`, before its own commit log entry (and checksum).
     (commits / str(last)).unlink()
     (commits / f".{last}.crc").unlink(missing_ok=True)
     version = DeltaTable(str(settings.table_path(TABLE_BRONZE))).version()
-    run_pipeline(settings, Trigger(available_now=True), ["bronze"])  # Spark re-runs batch `last`
+    run_pipeline(settings, Trigger(available_now=True), [QUERY_INGEST])  # Spark re-runs batch `last`
     assert (commits / str(last)).exists()
     assert DeltaTable(str(settings.table_path(TABLE_BRONZE))).version() == version
     coords = bronze_coordinates(settings.lake)
@@ -172,7 +178,8 @@ def test_sigkill_mid_run_loses_and_duplicates_nothing(spark, own_broker, setting
     ("args", "message"),
     [
         (["run", "--nope"], "unrecognized arguments: --nope"),
-        (["run", "--trigger", "banana"], "is not an interval"),
+        (["run", "--trigger", "banana"], "--trigger must be a duration like"),
+        (["run", "--max-offsets-per-trigger", "0"], "--max-offsets-per-trigger must be a positive number"),
         (["run", "--available-now", "--bootstrap", "127.0.0.1:1"], "cannot reach Kafka at 127.0.0.1:1"),
         (["run", "--available-now", "--lake", "/proc/nightjar-lake"], "is not writable"),
         (["tables", "--lake", "/nonexistent/lake"], "does not exist"),
@@ -196,7 +203,14 @@ def test_tables_lists_tables_with_row_counts(spark, settings):
     assert '"table": "bronze", "rows": 42' in result.stdout
 
 
-def test_parse_interval():
+def test_one_duration_syntax_for_flags_rule_files_and_config():
+    from alerts.rule_loader import parse_duration as rule_duration
+    from core.durations import parse_duration
+
     assert parse_interval("1s") == "1 seconds"
     assert parse_interval("500ms") == "500 milliseconds"
-    assert parse_interval("2 minutes") == "2 minutes"
+    assert parse_interval("2 minutes") == "120 seconds"
+    for text, seconds in (("90", 90), ("1h", 3600), ("10 minutes", 600), ("1.5m", 90), ("2 days", 172800)):
+        assert parse_duration(text) == seconds == rule_duration(text, "suppress")
+    with pytest.raises(ValueError, match="suppress must be a duration like"):
+        rule_duration("soon", "suppress")
