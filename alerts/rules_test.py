@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import re
 import sys
 import time
@@ -111,15 +112,45 @@ def check_rule(spark, rule) -> RuleTestResult:
     return res
 
 
+def _when(ts) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M:%S") if ts is not None else "-"
+
+
+def print_rule_list(rules, health: dict[str, dict], as_json: bool = False) -> None:
+    """The rules with the health the running (or last) pipeline reported in ``pipeline_progress``: running /
+    restarting / failed / disabled, last batch, last alert, error. ``not run`` when no pipeline has reported it."""
+    for r in rules:
+        h = health.get(r.rule_id) or {}
+        status = h.get("status") or "not run"
+        if as_json:
+            print(json.dumps({"rule_id": r.rule_id, "kind": r.kind, "severity": r.meta.severity,
+                              "tags": list(r.meta.tags), "file": str(r.source), "status": status,
+                              "last_batch_at": _iso(h.get("last_batch_at")), "last_alert_at": _iso(h.get("last_alert_at")),
+                              "error": h.get("error")}))
+            continue
+        line = (f"{r.rule_id:28} {r.kind:11} {r.meta.severity:8} {','.join(r.meta.tags):24} {status:10} "
+                f"last batch {_when(h.get('last_batch_at'))}  last alert {_when(h.get('last_alert_at'))}  "
+                f"{r.source.name}")
+        print(line)
+        if h.get("error"):
+            print(f"    error: {h['error']}")
+
+
+def _iso(ts) -> str | None:
+    return ts.isoformat() if ts is not None else None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["test", "list"], help="test: run every rule's samples; list: the rules")
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="rule file or directory (repeatable; default: the built-in rule pack)")
     parser.add_argument("-k", dest="only", metavar="RULE_ID", action="append", help="only these rule ids")
+    parser.add_argument("--json", action="store_true", help="list: one JSON object per rule (with its health)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
+    from alerts.detection_stream import read_rule_health
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from core.spark_session import build_spark
 
@@ -136,8 +167,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if not rules:
             raise UserError(f"no rule with id {', '.join(args.only)} under {', '.join(map(str, paths))}", exit_code=2)
     if args.action == "list":
-        for r in rules:
-            print(f"{r.rule_id:28} {r.kind:11} {r.meta.severity:8} {','.join(r.meta.tags):24} {r.source.name}")
+        print_rule_list(rules, read_rule_health(settings.lake), as_json=args.json)
         return 2 if errors else 0
     failed = 0
     for i, rule in enumerate(rules, 1):
