@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_BRONZE, Settings
+from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_ALERTS, TABLE_BRONZE, TABLE_EVENTS, Settings
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,12 @@ def _reap(pids: set[int], grace_s: float) -> None:
         log.info("killed %d leftover worker process(es)", len(left))
 
 
+def _rows(lake: Path, table: str) -> int:
+    from core.lake import is_delta_table, row_count
+
+    return row_count(lake, table) if is_delta_table(lake / table) else 0
+
+
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -141,7 +147,6 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from core.lake import row_count
     from dashboard.launcher import start_dashboard, wait_until_ready
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
     from nightjar.pipeline import check_lake_writable, parse_interval
@@ -192,6 +197,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Lake: {settings.lake.resolve()} (logs in {logs.resolve()}). Ctrl-C stops everything.", flush=True)
 
         started = time.monotonic()
+        first_alert_s: float | None = None
         next_status = started + args.status_every
         while not stop.is_set():
             if args.duration is not None and time.monotonic() - started >= args.duration:
@@ -205,8 +211,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 raise UserError(f"the {name} exited with code {code}; see {logs / (name + '.log')}")
             if time.monotonic() >= next_status:
                 next_status += args.status_every
-                bronze = row_count(settings.lake, TABLE_BRONZE) if (settings.lake / TABLE_BRONZE).exists() else 0
-                print(f"demo: {time.monotonic() - started:.0f}s, bronze {bronze:,} rows", flush=True)
+                counts = {t: _rows(settings.lake, t) for t in (TABLE_BRONZE, TABLE_EVENTS, TABLE_ALERTS)}
+                elapsed = time.monotonic() - started
+                if counts[TABLE_ALERTS] and first_alert_s is None:
+                    first_alert_s = elapsed
+                    print(f"demo: first alert after {elapsed:.0f}s (`nightjar alerts tail` or the dashboard shows "
+                          "it)", flush=True)
+                print(f"demo: {elapsed:.0f}s, bronze {counts[TABLE_BRONZE]:,} rows, events "
+                      f"{counts[TABLE_EVENTS]:,}, alert revisions {counts[TABLE_ALERTS]:,}", flush=True)
             stop.wait(0.5)
     finally:
         stop.set()
