@@ -1,129 +1,40 @@
-"""The Nightjar dashboard page (run by Streamlit: ``nightjar dashboard``).
+"""The Nightjar dashboard (run by Streamlit: ``nightjar dashboard``): a multipage app over the lake.
 
-Reads the lake named by ``NIGHTJAR_LAKE`` through :mod:`dashboard.queries` (deltalake + DuckDB, read only)
-and refreshes itself every few seconds, so a running pipeline's figures move without a reload.
+Pages (``st.navigation``; each deep-linkable with query parameters):
+
+* ``/`` (``/alerts`` is the same page) — the live alert queue: filters, grouping, volume chart, bulk triage, CSV export;
+* ``/alert?alert_id=…`` — one alert: rule, revisions, evidence events with raw lines, entity context, triage;
+* ``/hunt?q=…`` — read-only, sandboxed SQL over every table, saved hunts;
+* ``/entity?type=host&value=…`` — a host / user / IP: timeline, DHCP history, logins, peers and ports;
+* ``/coverage`` — ATT&CK coverage of the rule pack, per-rule figures, rule query health;
+* ``/pipeline`` — tables, streaming progress, DHCP leases.
+
+Reads the lake named by ``NIGHTJAR_LAKE`` (deltalake -> Arrow -> DuckDB, never Spark). The only tables it writes are
+its own: ``alert_triage`` and ``saved_hunts``.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
-
-import pandas as pd
 import streamlit as st
 
-from core.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
-from core.errors import UserError
-from dashboard.queries import (
-    current_leases,
-    latest_progress,
-    lease_history,
-    mac_digits,
-    open_lease_count,
-    parse_ip,
-    progress_history,
-    table_overview,
-)
+from dashboard import ui
+from dashboard.views import alert_page, alerts_page, coverage_page, entity_page, hunt_page, pipeline_page
 
-REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
+st.set_page_config(page_title="Nightjar", page_icon=":material/nightlight:", layout="wide")
 
-st.set_page_config(page_title="Nightjar", page_icon="🌙", layout="wide")
-lake: Path = settings_from_env().lake
-
-st.title("Nightjar")
-st.caption(f"Lake: `{lake.resolve()}` · refreshes every {REFRESH_S:.0f} s")
-
-
-@st.fragment(run_every=REFRESH_S)
-def overview() -> None:
-    if not lake.is_dir():
-        st.warning(f"The lake {lake} does not exist yet: start the pipeline (`nightjar run`).")
-        return
-    tables = table_overview(lake)
-    st.subheader("Tables")
-    if tables.empty:
-        st.info("No tables yet: the pipeline has not committed anything.")
-    else:
-        st.dataframe(tables, hide_index=True, width="stretch", key="tables")
-
-    st.subheader("Pipeline")
-    latest = latest_progress(lake)
-    if latest.empty:
-        st.info("No streaming progress recorded yet.")
-        return
-    cols = st.columns(len(latest))
-    for col, row in zip(cols, latest.itertuples(), strict=True):
-        col.metric(f"{row.query_name}: rows/s", f"{row.processed_rows_per_second:,.0f}",
-                   help=f"batch {row.batch_id} at {row.timestamp}")
-        col.caption(f"batch {row.batch_id} · {row.num_input_rows:,} rows · {row.batch_duration_ms:,} ms · "
-                    f"state rows {row.state_rows:,} · watermark {row.watermark or '—'}")
-    st.dataframe(latest, hide_index=True, width="stretch", key="latest_progress")
-
-    history = progress_history(lake, minutes=15)
-    if not history.empty:
-        st.markdown("**Processed rows/s, last 15 minutes**")
-        chart = history.pivot_table(index="timestamp", columns="query_name",
-                                    values="processed_rows_per_second", aggfunc="sum")
-        st.line_chart(chart)
-
-
-
-# Input that can only have been meant as an IP address (digits and dots, or hex and colons but not a MAC).
-_IP_LIKE = re.compile(r"^[0-9.]+$|^[0-9a-fA-F:]*:[0-9a-fA-F:.]*$")
-
-
-def _holder_line(row) -> str:
-    host = row.hostname if isinstance(row.hostname, str) and row.hostname else "unknown host"
-    until = f", lease until {row.lease_end:%Y-%m-%d %H:%M:%S} UTC" if not pd.isna(row.lease_end) else ""
-    return (f"**{row.ip}** is held by **{host}** (`{row.mac}`) since "
-            f"{row.lease_start:%Y-%m-%d %H:%M:%S} UTC{until} · {row.state} · source {row.dataset}")
-
-
-@st.fragment(run_every=REFRESH_S)
-def dhcp_leases() -> None:
-    st.subheader("DHCP leases")
-    query = st.text_input("IP, MAC or hostname", key="dhcp_query",
-                          placeholder="10.0.0.5, 00-0C-29-AA-0B-01 or ws-01").strip()
-    if not lake.is_dir():
-        return
-    if not query:
-        st.metric("Open leases", f"{open_lease_count(lake):,}")
-        newest = current_leases(lake, limit=20)
-        if newest.empty:
-            st.info("No open DHCP leases recorded.")
-        else:
-            st.markdown("**Newest 20 open leases**")
-            st.dataframe(newest, hide_index=True, width="stretch", key="open_leases")
-        return
-    try:
-        ip = parse_ip(query)
-    except UserError as exc:
-        ip = None
-        if mac_digits(query) is None and _IP_LIKE.match(query):
-            st.error(str(exc))
-            return
-    if ip is None:  # a MAC address or a host name: the leases it holds now
-        held = current_leases(lake, mac_or_host=query)
-        st.markdown(f"**Open leases of {query}**")
-        if held.empty:
-            st.info(f"{query} holds no open lease.")
-        else:
-            st.dataframe(held, hide_index=True, width="stretch", key="leases_of_host")
-        return
-    st.markdown("**Who has this IP now**")
-    holders = current_leases(lake, ip=ip)
-    if holders.empty:
-        st.info(f"Nobody holds {ip} now.")
-    for row in holders.itertuples():
-        st.markdown(_holder_line(row))
-    st.markdown(f"**Lease history of {ip}**")
-    history = lease_history(lake, ip)
-    if history.empty:
-        st.info(f"No DHCP session recorded for {ip}.")
-    else:
-        st.dataframe(history, hide_index=True, width="stretch", key="lease_history")
-
-
-overview()
-dhcp_leases()
+ui.PAGES.update({
+    ui.PAGE_ALERTS: st.Page(alerts_page.page, title="Alerts", icon=":material/notifications_active:", url_path=ui.PAGE_ALERTS, default=True),
+    ui.PAGE_ALERT: st.Page(alert_page.page, title="Alert detail", icon=":material/search:", url_path=ui.PAGE_ALERT),
+    ui.PAGE_HUNT: st.Page(hunt_page.page, title="Hunt", icon=":material/manage_search:", url_path=ui.PAGE_HUNT),
+    ui.PAGE_ENTITY: st.Page(entity_page.page, title="Entities", icon=":material/computer:", url_path=ui.PAGE_ENTITY),
+    ui.PAGE_COVERAGE: st.Page(coverage_page.page, title="Coverage and health", icon=":material/shield:", url_path=ui.PAGE_COVERAGE),
+    ui.PAGE_PIPELINE: st.Page(pipeline_page.page, title="Pipeline", icon=":material/settings:", url_path=ui.PAGE_PIPELINE),
+})
+nav = st.navigation({
+    "Triage": [ui.PAGES[ui.PAGE_ALERTS], ui.PAGES[ui.PAGE_ALERT]],
+    "Investigate": [ui.PAGES[ui.PAGE_HUNT], ui.PAGES[ui.PAGE_ENTITY]],
+    "Operations": [ui.PAGES[ui.PAGE_COVERAGE], ui.PAGES[ui.PAGE_PIPELINE]],
+})
+ui.analyst_box()
+st.sidebar.caption(f"Lake: `{ui.lake()}`")
+nav.run()

@@ -56,6 +56,7 @@ def latest_progress(lake: Path) -> pd.DataFrame:
         lake,
         f"""
         SELECT {cols} FROM progress
+        WHERE NOT starts_with(query_name, 'rule:')  -- rule-health rows: the coverage page shows them
         QUALIFY row_number() OVER (PARTITION BY query_name ORDER BY timestamp DESC, batch_id DESC) = 1
         ORDER BY query_name
         """,
@@ -71,6 +72,7 @@ def progress_history(lake: Path, minutes: float = 15.0) -> pd.DataFrame:
         f"""
         SELECT {cols} FROM progress
         WHERE timestamp >= (SELECT max(timestamp) FROM progress) - to_microseconds(CAST(? * 60e6 AS BIGINT))
+          AND NOT starts_with(query_name, 'rule:')
         ORDER BY timestamp, query_name
         """,
         [minutes],

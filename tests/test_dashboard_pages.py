@@ -1,0 +1,294 @@
+"""The analyst pages against a lake produced by the real pipeline.
+
+One module-scoped lake: ``nightjar generate`` (a few labelled attacks) to the session's real broker, then
+``nightjar run --available-now`` (Kafka -> bronze/events/dhcp_sessions -> detections -> alerts). The query
+functions are checked against the generator's ground truth, then every page is driven in a real Streamlit server
+with headless Chromium; each page's screenshot goes to docs/images/.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.config import Settings
+from core.lake import table_dataset
+from dashboard import coverage, entities, hunt, triage
+from dashboard.alerts_data import (
+    AlertFilter,
+    alert_queue,
+    alert_volume,
+    current_alert,
+    entity_context,
+    evidence_events,
+    related_alerts,
+    revisions,
+)
+from dashboard.rules_catalog import load_catalog
+from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells
+
+IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+SCENARIOS = {"ssh_brute_force", "sudo_non_admin", "ioc_match", "new_country_login", "port_scan_vertical"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def pipeline_lake(broker, tmp_path_factory) -> Path:
+    from nightjar.benchmarks.bench_dashboard import build_lake
+
+    lake = tmp_path_factory.mktemp("pipeline") / "lake"
+    build_lake(lake, broker.bootstrap, events=4000, seed=7, scenarios=",".join(sorted(SCENARIOS)))
+    return lake
+
+
+@pytest.fixture(scope="module")
+def truth(pipeline_lake: Path) -> dict[str, dict]:
+    """Ground-truth incident per scenario (the generator wrote them)."""
+    rows = table_dataset(pipeline_lake, "ground_truth").to_table().to_pylist()
+    return {r["scenario"]: r for r in rows}
+
+
+def _alert_for(lake: Path, truth: dict, scenario: str) -> dict:
+    inc = truth[scenario]
+    queue = alert_queue(lake, AlertFilter(rules=(inc["expected_rule_id"],)))
+    hits = queue[(queue["entity_type"] == inc["entity"]["type"]) & (queue["entity_value"] == inc["entity"]["value"])]
+    assert len(hits), f"no {inc['expected_rule_id']} alert on {inc['entity']} in the queue:\n{queue}"
+    return current_alert(lake, hits["alert_id"].iloc[0])
+
+
+# --- the queries on the real lake ----------------------------------------------------------------------------------
+
+def test_generated_attacks_are_in_the_queue_with_their_evidence(pipeline_lake: Path, truth: dict) -> None:
+    assert SCENARIOS <= set(truth)
+    queue = alert_queue(pipeline_lake)
+    assert queue["alert_id"].is_unique  # one row per alert: its current revision
+    assert (queue["status"] == "new").all()
+    assert queue["detected_at"].is_monotonic_decreasing
+    brute = _alert_for(pipeline_lake, truth, "ssh_brute_force")
+    attacker = truth["ssh_brute_force"]["entity"]["value"]
+    ev = evidence_events(pipeline_lake, brute)
+    assert sorted(ev["event_id"]) == sorted(brute["evidence"])  # every evidence id resolved to its event
+    assert (ev["source_ip"] == attacker).all()
+    assert ev["original"].str.contains(f"Failed password for .* from {attacker.replace('.', '[.]')}").all()
+    assert len(revisions(pipeline_lake, brute["alert_id"])) >= 1
+
+    only_sudo = alert_queue(pipeline_lake, AlertFilter(rules=("sudo_non_admin",)))
+    assert set(only_sudo["rule_id"]) == {"sudo_non_admin"}
+    assert alert_queue(pipeline_lake, AlertFilter(entity=attacker))["entity_value"].eq(attacker).any()
+    vol = alert_volume(pipeline_lake)
+    assert vol["alerts"].sum() == len(queue)
+
+
+def test_entity_context_names_the_lease_holder_and_the_indicators(pipeline_lake: Path, truth: dict) -> None:
+    ioc = _alert_for(pipeline_lake, truth, "ioc_match")
+    host = truth["ioc_match"]["host_name"]
+    ctx = entity_context(pipeline_lake, ioc["entity"]["type"], ioc["entity"]["value"], ioc["first_seen"])
+    holder = ctx["dhcp_sessions"][ctx["dhcp_sessions"]["held_at_alert"]]
+    assert holder["hostname"].tolist()[:1] == [host]  # the DHCP lease holder when the alert fired
+    ev = evidence_events(pipeline_lake, ioc)
+    assert ev["ioc"].notna().any()
+    assert not entity_context(pipeline_lake, "host", host)["assets"].empty  # owner and criticality from assets
+
+    sudo = _alert_for(pipeline_lake, truth, "sudo_non_admin")
+    user = entity_context(pipeline_lake, "user", sudo["entity"]["value"])["users"]
+    assert user["is_admin"].tolist() == [False]
+    assert related_alerts(pipeline_lake, sudo).query("alert_id == @sudo['alert_id']").empty
+
+
+def test_entity_pages_data(pipeline_lake: Path, truth: dict) -> None:
+    inc = truth["new_country_login"]
+    user = inc["entity"]["value"]
+    countries = entities.login_countries(pipeline_lake, "user", user)
+    foreign = json.loads(inc["details"])["country"]
+    assert foreign in set(countries.query("outcome == 'success'")["country"])  # the scenario's foreign login
+    assert "new_country_login" in set(entities.entity_alerts(pipeline_lake, "user", user)["rule_id"])
+    ioc_ip = truth["ioc_match"]["entity"]["value"]
+    history = entities.dhcp_history(pipeline_lake, "ip", ioc_ip)
+    assert truth["ioc_match"]["host_name"] in set(history["hostname"])
+    assert entities.top_peers(pipeline_lake, "ip", ioc_ip)["connections"].sum() > 0
+    assert entities.event_timeline(pipeline_lake, "ip", ioc_ip)["events"].sum() > 0
+
+
+def test_coverage_and_health(pipeline_lake: Path) -> None:
+    table = coverage.coverage_table(pipeline_lake).set_index("rule_id")
+    for rule in ("ssh_brute_force", "sudo_non_admin", "port_scan_vertical"):
+        assert table.loc[rule, "alerts"] >= 1 and str(table.loc[rule, "last_fired"]) not in ("NaT", "nan")
+    assert table.loc["dns_dga", "alerts"] == 0  # enabled, covered, did not fire
+    matrix = coverage.attack_matrix(load_catalog())
+    assert "T1110.001" in set(matrix["technique"])
+    health = coverage.query_health(pipeline_lake)
+    if len(health):  # the pipeline records rule health
+        assert health["rule_id"].is_unique
+
+
+def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
+    res = hunt.run_hunt(pipeline_lake, hunt.SHIPPED_HUNTS[0].sql)
+    assert truth["ssh_brute_force"]["entity"]["value"] in set(res.rows["source_ip"])
+    for h in hunt.SHIPPED_HUNTS:
+        hunt.run_hunt(pipeline_lake, h.sql)  # every shipped hunt runs on the real schema
+
+
+# --- the pages in a browser ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(pipeline_lake: Path, tmp_path_factory) -> Iterator[str]:
+    from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
+    from ingest.embedded_broker import free_port
+
+    port = free_port()
+    proc = start_dashboard(Settings(lake=pipeline_lake), port,
+                           log_file=tmp_path_factory.mktemp("dash") / "dashboard.log")
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url, timeout=90, proc=proc)
+        yield url
+    finally:
+        stop_dashboard(proc)
+
+
+@pytest.fixture(scope="module")
+def driver(served: str):
+    d = _chrome()
+    d.set_window_size(1600, 1700)  # tall enough for each page's screenshot
+    yield d
+    d.quit()
+
+
+def _screenshot(driver, name: str) -> None:
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    time.sleep(1.0)  # let charts finish drawing
+    driver.save_screenshot(str(IMAGES / f"dashboard-{name}.png"))
+
+
+def _cells(driver, predicate, timeout: float = 60.0) -> list[str]:
+    return _wait_for_text_cells(driver, predicate, timeout)
+
+
+def _click_button(driver, label: str) -> None:
+    buttons = [b for b in driver.find_elements("css selector", "button") if b.text.strip() == label]
+    assert buttons, f"no button {label!r}"
+    buttons[0].click()
+
+
+def _set_analyst(driver, name: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element("css selector", "input[aria-label='Your name (analyst)']")
+    box.clear()
+    box.send_keys(name, Keys.ENTER)
+
+
+def _choose(driver, label: str, option: str) -> None:
+    boxes = [b for b in driver.find_elements("css selector", "[data-testid=stSelectbox]") if label in b.text]
+    assert boxes, f"no select box {label!r}"
+    boxes[0].click()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = [o for o in driver.find_elements("css selector", "[role=option]") if o.text.strip() == option]
+        if found:
+            found[0].click()
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"option {option!r} never appeared")
+
+
+@pytest.mark.browser
+def test_alerts_page_lists_the_attack_and_filters_by_url(served: str, driver, pipeline_lake: Path,
+                                                         truth: dict) -> None:
+    attacker = truth["ssh_brute_force"]["entity"]["value"]
+    brute = _alert_for(pipeline_lake, truth, "ssh_brute_force")
+    driver.get(served + "/")
+    _wait_for_text(driver, lambda t: "Alert volume by severity" in t and "Alerts shown" in t)
+    cells = _cells(driver, lambda cs: attacker in cs and "ssh_brute_force" in cs)
+    assert brute["alert_id"] in cells and "sudo_non_admin" in cells
+    _screenshot(driver, "alerts")
+
+    driver.get(served + "/?rule=sudo_non_admin&group=rule")  # a deep link: the filter comes from the URL
+    cells = _cells(driver, lambda cs: "sudo_non_admin" in cs and attacker not in cs and "ssh_brute_force" not in cs)
+    text = _wait_for_text(driver, lambda t: "Grouped by rule" in t)
+    assert "Alerts shown\n1" in text
+
+
+@pytest.mark.browser
+def test_alert_detail_shows_evidence_and_a_false_positive_closure_survives_a_reload(
+        served: str, driver, pipeline_lake: Path, truth: dict) -> None:
+    brute = _alert_for(pipeline_lake, truth, "ssh_brute_force")
+    first_line = evidence_events(pipeline_lake, brute)["original"].iloc[0]
+    url = f"{served}/alert?alert_id={brute['alert_id']}"
+    driver.get(url)
+    text = _wait_for_text(driver, lambda t: "Evidence" in t and first_line in t and "Twenty or more failed" in t)
+    assert "T1110.001" in text and "Status\nnew" in text
+    _screenshot(driver, "alert-detail")
+
+    _set_analyst(driver, "alice")
+    _wait_for_text(driver, lambda t: "Enter your name in the sidebar" not in t)
+    _choose(driver, "Action", "close: false positive")
+    reason = driver.find_element("css selector", "input[aria-label='Reason (required to close, reopen, comment)']")
+    reason.send_keys("authorized red-team exercise")
+    _click_button(driver, "Record")
+    _wait_for_text(driver, lambda t: "Recorded: close: false positive by alice" in t)
+
+    driver.get(url)  # a new session: what is shown comes from the lake
+    text = _wait_for_text(driver, lambda t: "Status\nclosed: false positive" in t)
+    cells = _cells(driver, lambda cs: "close_false_positive" in cs)
+    assert "authorized red-team exercise" in cells and "alice" in cells
+    assert triage.history(pipeline_lake, brute["alert_id"])["action"].tolist() == ["close_false_positive"]
+    driver.get(served + "/?status=closed%3A+false+positive")
+    _cells(driver, lambda cs: brute["alert_id"] in cs and "closed: false positive" in cs)
+
+
+@pytest.mark.browser
+def test_hunt_page_runs_a_query_and_refuses_a_forbidden_one(served: str, driver, truth: dict) -> None:
+    from urllib.parse import quote
+
+    attacker = truth["ssh_brute_force"]["entity"]["value"]
+    sql = ('SELECT "source".ip AS source_ip, count(*) AS failures FROM events '
+           "WHERE \"event\".outcome = 'failure' GROUP BY ALL ORDER BY failures DESC")
+    driver.get(f"{served}/hunt?q={quote(sql)}")
+    _wait_for_text(driver, lambda t: "Saved hunts" in t and "Run" in t)
+    _click_button(driver, "Run")
+    _wait_for_text(driver, lambda t: "row(s) in" in t)
+    _cells(driver, lambda cs: attacker in cs)
+    _screenshot(driver, "hunt")
+
+    for bad, why in (("SELECT * FROM read_csv('/etc/passwd')", "read_csv() reads files"),
+                     ("COPY events TO '/tmp/nightjar-stolen.csv'", "COPY is not allowed"),
+                     ("ATTACH '/tmp/x.db' AS x", "ATTACH is not allowed")):
+        driver.get(f"{served}/hunt?q={quote(bad)}")
+        _wait_for_text(driver, lambda t: "Saved hunts" in t)
+        _click_button(driver, "Run")
+        _wait_for_text(driver, lambda t, why=why: f"Refused: {why}" in t)
+    assert not Path("/tmp/nightjar-stolen.csv").exists()
+
+
+@pytest.mark.browser
+def test_entity_page_shows_logins_and_alerts(served: str, driver, truth: dict) -> None:
+    user = truth["new_country_login"]["entity"]["value"]
+    foreign = json.loads(truth["new_country_login"]["details"])["country"]
+    driver.get(f"{served}/entity?type=user&value={user}")
+    _wait_for_text(driver, lambda t: "Logins" in t and "Timeline" in t)
+    _cells(driver, lambda cs: foreign in cs and "new_country_login" in cs)
+    ip = truth["ioc_match"]["entity"]["value"]
+    driver.get(f"{served}/entity?type=ip&value={ip}")
+    _wait_for_text(driver, lambda t: "DHCP history" in t and "Top peers and ports" in t)
+    _cells(driver, lambda cs: truth["ioc_match"]["host_name"] in cs)
+    _screenshot(driver, "entity")
+
+
+@pytest.mark.browser
+def test_coverage_and_pipeline_pages(served: str, driver) -> None:
+    driver.get(f"{served}/coverage")
+    text = _wait_for_text(driver, lambda t: "ATT&CK matrix" in t and "T1110.001" in t and "Rule query health" in t)
+    assert "Credential Access" in text
+    _cells(driver, lambda cs: "ssh_brute_force" in cs and "dns_dga" in cs)
+    _screenshot(driver, "coverage")
+    driver.get(f"{served}/pipeline")
+    _wait_for_text(driver, lambda t: "Tables" in t and "DHCP leases" in t)
+    _cells(driver, lambda cs: "events" in cs and "alerts" in cs)
+    _screenshot(driver, "pipeline")
+
