@@ -44,6 +44,7 @@ from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
+from core.errors import short_batch_errors
 
 log = logging.getLogger(__name__)
 
@@ -425,7 +426,7 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     events = detection_input(events_stream(spark, settings, ruleset.schema), observe_as=name)
     events = events.withWatermark(EVENT_TIME_COLUMN, settings.detection_watermark)
     out = aggregate(events, specs).withColumn(BATCH_TS, F.current_timestamp())
-    writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(write)
+    writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(short_batch_errors(write))
               .option("checkpointLocation", str(settings.checkpoint(name))))
     query = trigger.apply(writer).start()
     log.info("started query %s: %d windowed rule(s) (%s)", name, len(rules), ", ".join(sorted(ids)))
@@ -484,7 +485,7 @@ def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, r
 
     out = rule.detect(detection_input(events_stream(spark, settings, ruleset.schema))).withColumn(
         BATCH_TS, F.current_timestamp())
-    writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(write)
+    writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(short_batch_errors(write))
               .option("checkpointLocation", str(settings.checkpoint(f"rules/{rule.rule_id}-{rule.digest}"))))
     log.info("started query %s (%s, %s)", name, rule.kind, rule.source.name)
     return trigger.apply(writer).start()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from typing import Any
 
 
 class UserError(Exception):
@@ -33,5 +36,40 @@ def summarize_query_error(text: str) -> str:
         m = _PY_EXCEPTION_LINE.match(line)
         if m and not line.startswith(("org.apache", "java.", "py4j")):
             name, message = m.groups()
-            return message if name == "KafkaDataLoss" else f"{name}: {message}"
+            return message if name in ("KafkaDataLoss", "BatchFailed") else f"{name}: {message}"
     return lines[0] if lines else text
+
+
+# The JVM exceptions that mean "interrupted": Spark treats a foreachBatch failure that names one as a stop.
+INTERRUPTION_NAMES = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
+                      "java.nio.channels.ClosedByInterruptException")
+
+
+class BatchFailed(RuntimeError):
+    """A micro-batch function's failure, reported to Spark in one short line (see :func:`short_batch_errors`)."""
+
+
+def short_batch_errors(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """Wrap a ``foreachBatch`` function so that its failures reach Spark as one short line.
+
+    Why: Spark's stream thread matches the whole text of a failure raised through Py4J against a regular expression
+    (``StreamExecution.PROXY_ERROR``, an alternation under ``*``) that recurses once per character. A Py4J error
+    carries the JVM's full stack trace (tens of kilobytes), the match overflows the thread's stack, and the
+    ``StackOverflowError`` kills the query thread *without recording the failure*: the query looks stopped, not
+    failed, and a supervisor cannot tell. A short message keeps the failure a failure (summarized as
+    :func:`summarize_query_error` does), and an interruption (a stop while the batch runs) still reads as one.
+    """
+
+    @functools.wraps(fn)
+    def run(df: Any, batch_id: int) -> Any:
+        try:
+            return fn(df, batch_id)
+        except Exception as exc:
+            text = str(exc)
+            interrupted = next((name for name in INTERRUPTION_NAMES if name in text), None)
+            if interrupted is not None:  # the shape Spark recognizes as "stopped while running"
+                raise BatchFailed("py4j.protocol.Py4JJavaError: An error occurred while calling foreachBatch: "
+                                  f"{interrupted}") from None
+            raise BatchFailed(summarize_query_error(text)[:2000]) from None
+
+    return run

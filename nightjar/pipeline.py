@@ -53,7 +53,7 @@ from core.config import (
     Settings,
 )
 from core.durations import parse_duration, spark_interval
-from core.errors import DataLossError, UserError, summarize_query_error
+from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     hold_s = 0.0 if drain else settings.lease_hold_s
     unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)), hold_s=hold_s)
     writer = (unified.withColumn(BATCH_TS, F.current_timestamp()).writeStream.queryName(QUERY_INGEST)
-              .foreachBatch(write).option("checkpointLocation", str(settings.checkpoint(QUERY_INGEST))))
+              .foreachBatch(short_batch_errors(write)).option("checkpointLocation", str(settings.checkpoint(QUERY_INGEST))))
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.
@@ -308,10 +308,13 @@ class Supervisor:
                     m.done = True
                 continue
             exc = m.query.exception()
-            if exc is None:
+            if exc is None and self.trigger.available_now and m.name != QUERY_INGEST:
                 m.done = True  # available-now: finished
                 continue
-            self._failed(m, summarize_query_error(str(exc)))
+            # A live query, or the drain (stopped by the supervisor, above), never ends by itself: an end without
+            # a recorded error (a JVM Error that killed the query thread) is a failure too, never a quiet stop.
+            self._failed(m, summarize_query_error(str(exc)) if exc is not None else
+                         "the query thread ended without reporting an error (see the pipeline log)")
         if not self.trigger.available_now and now - self._last_reload >= self.poll_s:
             self._last_reload = now
             if self.ruleset.reload():
