@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -48,9 +50,41 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.metricsEnabled", "true")
     )
-    spark = builder.getOrCreate()
+    jvm_log = _jvm_log_path(settings, app_name)
+    with _stderr_to(jvm_log):  # the JVM inherits this stderr for its whole life; ours is restored at once
+        spark = builder.getOrCreate()
+    log.debug("Spark's own output (JVM start-up, engine errors): %s", jvm_log)
     for source in data_sources:
         spark.dataSource.register(source)
     log.info("spark session ready: master=%s version=%s", settings.spark_master, spark.version)
     return spark
 
+
+
+def _jvm_log_path(settings: Settings, app_name: str) -> Path:
+    """Where the JVM's own stderr goes: ``<lake>/_logs/spark-<app>.log`` when the lake exists, else a temp file.
+
+    Why: the JVM prints start-up noise ("Using incubator modules", log-level hints) that means nothing to a user,
+    and Nightjar reports every failure itself in one line; the engine's text stays available in this file.
+    """
+    logs = settings.lake / "_logs"
+    if settings.lake.is_dir():
+        with contextlib.suppress(OSError):
+            logs.mkdir(exist_ok=True)
+            if os.access(logs, os.W_OK):
+                return logs / f"spark-{app_name}.log"
+    return Path(tempfile.gettempdir()) / f"nightjar-spark-{app_name}-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while a child process (the JVM) is started, then restore it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as f:
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
