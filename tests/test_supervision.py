@@ -62,6 +62,10 @@ from alerts.python_rules import Windowed, python_rule
 from alerts.window_aggregator import candidates
 
 ATTEMPTS = {attempts!r}
+SAMPLE = ('{{"_path": "conn", "ts": 1773050000.0, "uid": "S1", "id.orig_h": "198.51.100.1", "id.orig_p": 40000, '
+          '"id.resp_h": "10.10.8.20", "id.resp_p": 22, "proto": "tcp", "conn_state": "REJ"}}')
+NEGATIVE = ('{{"_path": "dns", "ts": 1773050000.0, "uid": "D1", "id.orig_h": "10.10.8.20", "id.orig_p": 5353, '
+            '"id.resp_h": "10.10.8.2", "id.resp_p": 53, "proto": "udp", "query": "example.org"}}')
 
 
 def _flaky(n):
@@ -78,7 +82,7 @@ def _flaky(n):
 
 
 @python_rule(id="flaky_conns", name="Connections (flaky evaluation)", severity="low", tags=[], entity_type="ip",
-             samples={{"positive": [], "negative": []}}, windowed=True)
+             samples={{"positive": [SAMPLE], "negative": [NEGATIVE]}}, windowed=True)
 def rule() -> Windowed:
     flaky = F.udf(_flaky, "boolean")
     return Windowed(window="10 minutes", where=F.col("event.dataset") == "zeek.conn",
