@@ -292,3 +292,49 @@ def test_coverage_and_pipeline_pages(served: str, driver) -> None:
     _cells(driver, lambda cs: "events" in cs and "alerts" in cs)
     _screenshot(driver, "pipeline")
 
+
+
+@pytest.mark.browser
+def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_rows(
+        served: str, driver, pipeline_lake: Path) -> None:
+    """Tick two rows, let a new alert arrive at the top of the queue (every row moves down one), then apply a bulk
+    acknowledge: exactly the two alerts ticked are acknowledged, not the rows now at those positions."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    driver.get(served + "/")
+    cells = _cells(driver, lambda cs: "ssh_brute_force" in cs)
+
+    def shown_ids() -> list[str]:
+        return [c.get_attribute("textContent").split("=")[-1]
+                for c in driver.find_elements("css selector", "[role=gridcell][aria-colindex='1']")]
+
+    ids = shown_ids()
+    assert len(ids) >= 4 and ids[0] in " ".join(cells)
+    canvas = max(driver.find_elements("css selector", "canvas"), key=lambda c: c.size["height"])
+    w, h = canvas.size["width"], canvas.size["height"]
+    for i in (1, 3):  # the checkbox column; 35-px header and rows
+        ActionChains(driver).move_to_element_with_offset(canvas, 16 - w // 2, 35 + 35 * i + 17 - h // 2).click().perform()
+        time.sleep(1.0)
+    chosen = {ids[1], ids[3]}
+    text = _wait_for_text(driver, lambda t: "Bulk action on 2 selected alert(s)" in t)
+    assert all(a in text for a in chosen)
+
+    newest = table_dataset(pipeline_lake, "alerts").to_table().slice(0, 1)
+    newest = newest.set_column(newest.schema.get_field_index("alert_id"), "alert_id", pa.array(["f" * 32]))
+    at = newest.schema.get_field_index("detected_at")
+    newest = newest.set_column(at, "detected_at", pa.array([dt.datetime.now(dt.UTC)], newest.schema.field(at).type))
+    write_deltalake(str(pipeline_lake / "alerts"), newest, mode="append")
+    _cells(driver, lambda cs: "f" * 32 in cs)  # the queue refreshed itself: the new alert is on top
+    assert shown_ids()[0] == "f" * 32
+    _wait_for_text(driver, lambda t: "Bulk action on 2 selected alert(s)" in t)
+
+    _set_analyst(driver, "bob")
+    _wait_for_text(driver, lambda t: "Enter your name in the sidebar first." not in t)
+    _click_button(driver, "Apply")
+    _wait_for_text(driver, lambda t: "Bulk action on 0 selected alert(s)" in t)
+    acked = triage.statuses(pipeline_lake).query("status == 'acknowledged'")
+    assert set(acked["alert_id"]) == chosen

@@ -77,12 +77,19 @@ def page() -> None:
 
     if etype in ("ip", "host", "mac"):
         st.subheader("Top peers and ports")
+        ptype, pvalue = etype, value
+        assets = ctx.get("assets")
+        if etype == "host" and assets is not None and assets["ip"].notna().any() \
+                and entities.top_peers(lake(), etype, value).empty:
+            # a server with a static address: Zeek names it by IP only
+            ptype, pvalue = "ip", assets["ip"].dropna().iloc[0]
+            st.caption(f"Connections of its static address {pvalue}")
         c1, c2 = st.columns(2)
         with c1:
-            peers = entities.top_peers(lake(), etype, value)
+            peers = entities.top_peers(lake(), ptype, pvalue)
             if len(peers):
                 peers.insert(0, "page", [entity_url("ip", p) for p in peers["peer"]])
             show_table(peers, "top_peers", "No connection recorded.",
                        column_config={"page": st.column_config.LinkColumn("peer page", display_text="open")})
         with c2:
-            show_table(entities.top_ports(lake(), etype, value), "top_ports", "No connection recorded.")
+            show_table(entities.top_ports(lake(), ptype, pvalue), "top_ports", "No connection recorded.")
