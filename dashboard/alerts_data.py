@@ -179,9 +179,17 @@ def evidence_events(lake: Path, alert: dict, limit: int = 500) -> pd.DataFrame:
     ids = list(alert.get("evidence") or [])
     if not ids or not has_table(lake, TABLE_EVENTS):
         return pd.DataFrame(columns=EVENT_COLUMNS)
-    sql = f"""SELECT {EVENT_COLUMNS_SQL} FROM events WHERE list_contains($ids, "event".id)
+    # The evidence lies within [first_seen, last_seen] (event time): bounding "@timestamp" lets the scan skip
+    # the files outside it by their statistics. A margin covers rules that stamp on another clock; if some ids
+    # are still missing, the whole table is searched.
+    sql = f"""SELECT {EVENT_COLUMNS_SQL} FROM events WHERE list_contains($ids, "event".id) {{bound}}
               ORDER BY "@timestamp", "event".id LIMIT {int(limit)}"""
-    return query(lake, [TABLE_EVENTS], sql, {"ids": ids})
+    margin = dt.timedelta(hours=1)
+    found = query(lake, [TABLE_EVENTS], sql.format(bound='AND "@timestamp" BETWEEN $lo AND $hi'),
+                  {"ids": ids, "lo": _ts(alert["first_seen"]) - margin, "hi": _ts(alert["last_seen"]) + margin})
+    if found["event_id"].nunique() >= len(set(ids)):
+        return found
+    return query(lake, [TABLE_EVENTS], sql.format(bound=""), {"ids": ids})
 
 
 def entity_events(lake: Path, entity_type: str, value: str, since: dt.datetime | None = None,

@@ -91,5 +91,5 @@ def coverage_table(lake: Path, rules: list[RuleInfo] | None = None) -> pd.DataFr
     stats = rule_stats(lake)
     health = query_health(lake)[["rule_id", "status", "error", "last_batch_at"]]
     out = meta.merge(stats, on="rule_id", how="outer").merge(health, on="rule_id", how="left")
-    out["alerts"] = out["alerts"].fillna(0).astype(int)
+    out["alerts"] = pd.to_numeric(out["alerts"], errors="coerce").fillna(0).astype(int)
     return out.sort_values(["alerts", "rule_id"], ascending=[False, True]).reset_index(drop=True)

@@ -181,6 +181,22 @@ def test_queries_on_an_empty_lake(lake: Path) -> None:
     assert progress_history(lake).empty
 
 
+def test_analyst_pages_queries_on_an_empty_lake(lake: Path) -> None:
+    """A young lake (no alerts, events or triage yet): every page query answers empty instead of failing."""
+    from dashboard import coverage, entities, triage
+    from dashboard.alerts_data import QUEUE_COLUMNS, alert_queue, alert_volume, current_alert, filter_options
+
+    assert alert_queue(lake).empty and list(alert_queue(lake).columns) == QUEUE_COLUMNS
+    assert alert_volume(lake).empty and current_alert(lake, "nope") is None
+    assert filter_options(lake) == {"rules": [], "assignees": []}
+    assert triage.history(lake, "nope").empty and triage.status_of(lake, "nope") == "new"
+    for fn in (entities.event_timeline, entities.entity_alerts, entities.dhcp_history, entities.logins,
+               entities.top_peers, entities.top_ports):
+        assert fn(lake, "ip", "10.0.0.1").empty
+    assert coverage.query_health(lake).empty and coverage.rule_stats(lake).empty
+    assert (coverage.coverage_table(lake)["alerts"] == 0).all()
+
+
 # --- the page, in a real browser -----------------------------------------------------------------------------
 
 def _chrome():
