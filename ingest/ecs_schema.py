@@ -261,6 +261,40 @@ ECS_FIELDS: dict[str, str] = {
     "zeek.rdp.cert_permanent": "boolean",
     "zeek.rdp.encryption_level": "string",
     "zeek.rdp.encryption_method": "string",
+    # --- Added later: appended here so that the events table evolves additively (new leaves go last in
+    # their struct, new top-level columns last). Windows event logs (ingest/parsers/windows.py), JSON
+    # payloads in syslog (ingest/parsers/syslog_json.py).
+    "event.code": "string",
+    "event.provider": "string",
+    "log.level": "string",
+    "user.domain": "string",
+    "user.target.name": "string",
+    "user.target.domain": "string",
+    "user.target.id": "string",
+    "user.effective.domain": "string",
+    "group.domain": "string",
+    "process.executable": "string",
+    "process.command_line": "string",
+    "process.parent.pid": "bigint",
+    "process.parent.name": "string",
+    "process.parent.executable": "string",
+    "service.name": "string",
+    "service.state": "string",
+    # Windows specifics (Elastic's winlog.* names); winlog.event_data keeps every EventData value by name.
+    "winlog.event_id": "string",
+    "winlog.channel": "string",
+    "winlog.provider_name": "string",
+    "winlog.computer_name": "string",
+    "winlog.task": "string",
+    "winlog.keywords": "array<string>",
+    "winlog.user.name": "string",
+    "winlog.user.domain": "string",
+    "winlog.user.identifier": "string",
+    "winlog.logon.type": "string",
+    "winlog.logon.id": "string",
+    "winlog.event_data": "map<string, string>",
+    # A JSON object after the syslog header (@cee: or bare), every top-level key as text.
+    "syslog.json": "map<string, string>",
 }
 
 _ATOMIC: dict[str, DataType] = {

@@ -18,7 +18,17 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from ingest.parsers import dhcpd, pam, sshd, sudo, syslog_rfc3164, syslog_rfc5424, user_management
+from ingest.parsers import (
+    dhcpd,
+    pam,
+    sshd,
+    sudo,
+    syslog_json,
+    syslog_rfc3164,
+    syslog_rfc5424,
+    user_management,
+    windows,
+)
 from ingest.parsers import values as V
 from ingest.parsers.field_map import Fields, coalesce_fields
 from ingest.parsers.regex_forms import Groups, MessageForm, form_fields, match_forms
@@ -100,7 +110,10 @@ def add_message_match(df: DataFrame) -> DataFrame:
     for programs, forms in _PROGRAM_FORMS:
         matched = matched.when(program.isin(*programs), match_forms(body, forms, first_id=next_id))
         next_id += len(forms)
-    return df.withColumn("_msg", F.when(sys.isNotNull(), matched))
+    df = df.withColumn("_msg", F.when(sys.isNotNull(), matched))
+    # JSON payloads (@cee: / bare object), then Windows events (rendered text or JSON).
+    df = df.withColumn("_sjson", F.when(sys.isNotNull(), syslog_json.parse(body)))
+    return windows.add_match(df, sys, F.col("_sjson"))
 
 
 def fields() -> Fields:
@@ -140,7 +153,19 @@ def fields() -> Fields:
         "process.pid": sys.getField("pid").try_cast("bigint"),
         "system.auth.repeated": sys.getField("repeated"),
     }
-    return coalesce_fields(form_fields(msg, ALL_FORMS), generic)
+    j = F.col("_sjson")
+    is_windows = F.col("_win").isNotNull()
+    win = windows.fields(j)
+    # Generic JSON keys map onto ECS only for non-Windows payloads (Windows JSON has its own meaning of "user").
+    json_fields = {path: (expr if path == "syslog.json" else F.when(~is_windows, expr))
+                   for path, expr in syslog_json.fields(j).items()}
+    rest = coalesce_fields(json_fields, form_fields(msg, ALL_FORMS), generic)
+    merged = coalesce_fields(win, rest)
+    # process.name/pid as a pair: the Windows process when the event names one, else the syslog header's.
+    has_windows_process = is_windows & win["process.name"].isNotNull()
+    for path in ("process.name", "process.pid"):
+        merged[path] = F.when(has_windows_process, win[path]).otherwise(rest[path])
+    return merged
 
 
 def error(line: Column) -> Column:

@@ -1,0 +1,602 @@
+"""Windows event logs forwarded over syslog (EvntSLog, NXLog, Snare-style agents) -> ECS, as Elastic's
+Windows / System integrations map them.
+
+Two shapes of message, both handled (see docs/windows_events.md):
+
+* the **rendered text** of the event, whitespace collapsed by the agent: ``An account was successfully logged
+  on. Subject: Security ID: S-1-0-0 Account Name: - … New Logon: Security ID: … Account Name: KRAMER$ …``.
+  The event id is not in the line: it is inferred from the rendered title (:data:`TITLES`), and the values
+  are read label by label (:data:`SLOTS`) into Windows' own EventData names (``TargetUserName``,
+  ``IpAddress``, …), so both shapes feed one mapping;
+* **JSON** (``@cee: {"id": "4624", "nteventlogtype": "Security", "TargetUserName": …}``): the EventData keys
+  are read directly, and the rendered ``msg`` fills what the JSON lacks.
+
+A line is a Windows event when its syslog program is a known forwarder (:data:`PROGRAMS`) or its JSON carries
+a Windows channel key. ``event.code`` = the id from JSON, else an ``eventID`` structured-data parameter, else
+the id of the rendered title; unknown titles keep the header and message with ``event.code`` null.
+
+Mapped (``event.category/type/action/outcome``, ``user.*`` per :data:`EVENTS`): 4624, 4625, 4634, 4647, 4648,
+4672, 4688, 4689, 4720, 4722-4726, 4728, 4729, 4732, 4733, 4738, 4740, 4756, 4768, 4769, 4770, 4771, 4776,
+4778, 4779, 1102, 7036, 7040, 7045, plus titles of Task Scheduler, Group Policy, CAPI2 and Symantec events.
+``user.*`` is the account the event is about: for logons (4624/4625/4634/4647) and Kerberos/NTLM
+validations the *target* (New Logon / Account For Which Logon Failed / Account Information), for account
+management, 4648, 4672, 4688, 1102 the *subject* who acted (then the account acted on is ``user.target.*``,
+4648's explicit credentials ``user.effective.*``, a group event's group ``group.*``).
+
+Everything is Spark SQL (``from_json``, ``regexp_extract`` with literal-prefixed patterns, constant lookup
+arrays); no Python UDF.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from ingest.parsers import values as V
+from ingest.parsers.field_map import Fields
+
+PROGRAMS = ("evntslog", "mswineventlog", "eventlog", "nxlog", "winlogbeat", "snare", "evtsys",
+            "microsoft-windows-security-auditing")
+
+SECURITY, SYSTEM, APPLICATION = "Security", "System", "Application"
+TASKS = "Microsoft-Windows-TaskScheduler/Operational"
+GPO = "Microsoft-Windows-GroupPolicy/Operational"
+_AUDITING = "Microsoft-Windows-Security-Auditing"
+_SCM = "Service Control Manager"
+_TASK_PROVIDER = "Microsoft-Windows-TaskScheduler"
+_GPO_PROVIDER = "Microsoft-Windows-GroupPolicy"
+_SEP = "Symantec AntiVirus"
+
+# Dataset per channel (Elastic names the Security/System/Application channels this way; every other channel
+# arrives through a forwarder, which Elastic's Windows integration calls "forwarded").
+DATASETS = {SECURITY: "windows.security", SYSTEM: "windows.system", APPLICATION: "windows.application"}
+DATASET_OTHER = "windows.forwarded"
+
+
+@dataclass(frozen=True)
+class Title:
+    """A rendered message title: ``prefix`` (``startswith``), optionally refined by an anchored ``regex``."""
+
+    event_id: str
+    prefix: str
+    channel: str
+    provider: str
+    regex: str | None = None
+    contains: str | None = None  # a literal the text must contain before ``regex`` is tried
+
+
+# Order matters: the first title that matches wins (more specific before more general).
+TITLES: tuple[Title, ...] = (
+    Title("4624", "An account was successfully logged on.", SECURITY, _AUDITING),
+    Title("4625", "An account failed to log on.", SECURITY, _AUDITING),
+    Title("4634", "An account was logged off.", SECURITY, _AUDITING),
+    Title("4647", "User initiated logoff", SECURITY, _AUDITING),
+    Title("4648", "A logon was attempted using explicit credentials.", SECURITY, _AUDITING),
+    Title("4662", "An operation was performed on an object.", SECURITY, _AUDITING),
+    Title("4672", "Special privileges assigned to new logon.", SECURITY, _AUDITING),
+    Title("4688", "A new process has been created.", SECURITY, _AUDITING),
+    Title("4689", "A process has exited.", SECURITY, _AUDITING),
+    Title("4698", "A scheduled task was created.", SECURITY, _AUDITING),
+    Title("4720", "A user account was created.", SECURITY, _AUDITING),
+    Title("4722", "A user account was enabled.", SECURITY, _AUDITING),
+    Title("4723", "An attempt was made to change an account's password.", SECURITY, _AUDITING),
+    Title("4724", "An attempt was made to reset an account's password.", SECURITY, _AUDITING),
+    Title("4725", "A user account was disabled.", SECURITY, _AUDITING),
+    Title("4726", "A user account was deleted.", SECURITY, _AUDITING),
+    Title("4728", "A member was added to a security-enabled global group.", SECURITY, _AUDITING),
+    Title("4729", "A member was removed from a security-enabled global group.", SECURITY, _AUDITING),
+    Title("4732", "A member was added to a security-enabled local group.", SECURITY, _AUDITING),
+    Title("4733", "A member was removed from a security-enabled local group.", SECURITY, _AUDITING),
+    Title("4738", "A user account was changed.", SECURITY, _AUDITING),
+    Title("4740", "A user account was locked out.", SECURITY, _AUDITING),
+    Title("4756", "A member was added to a security-enabled universal group.", SECURITY, _AUDITING),
+    Title("4768", "A Kerberos authentication ticket (TGT) was requested.", SECURITY, _AUDITING),
+    Title("4769", "A Kerberos service ticket was requested.", SECURITY, _AUDITING),
+    Title("4770", "A Kerberos service ticket was renewed.", SECURITY, _AUDITING),
+    Title("4771", "Kerberos pre-authentication failed.", SECURITY, _AUDITING),
+    Title("4776", "The domain controller attempted to validate the credentials for an account.", SECURITY,
+          _AUDITING),
+    Title("4776", "The computer attempted to validate the credentials for an account.", SECURITY, _AUDITING),
+    Title("4778", "A session was reconnected to a Window Station.", SECURITY, _AUDITING),
+    Title("4779", "A session was disconnected from a Window Station.", SECURITY, _AUDITING),
+    Title("1102", "The audit log was cleared.", SECURITY, "Microsoft-Windows-Eventlog"),
+    Title("7036", "The ", SYSTEM, _SCM, r"The .+ service entered the .+ state\..*", " service entered the "),
+    Title("7040", "The start type of the ", SYSTEM, _SCM),
+    Title("7045", "A service was installed in the system.", SYSTEM, _SCM),
+    Title("4097", "Successful auto update of third-party root certificate", APPLICATION, "Microsoft-Windows-CAPI2"),
+    Title("51", "Security Risk Found!", APPLICATION, _SEP),
+    Title("3", "Scan Complete:", APPLICATION, _SEP),
+    # Task Scheduler (Operational channel)
+    Title("100", 'Task Scheduler started "', TASKS, _TASK_PROVIDER),
+    Title("102", 'Task Scheduler successfully finished "', TASKS, _TASK_PROVIDER),
+    Title("107", 'Task Scheduler launched "', TASKS, _TASK_PROVIDER, r'.* due to a time trigger condition\..*',
+          " due to a time trigger condition."),
+    Title("129", 'Task Scheduler launch task "', TASKS, _TASK_PROVIDER),
+    Title("200", 'Task Scheduler launched action "', TASKS, _TASK_PROVIDER),
+    Title("201", 'Task Scheduler successfully completed task "', TASKS, _TASK_PROVIDER),
+    Title("301", "Task Scheduler is shutting down Task Engine", TASKS, _TASK_PROVIDER),
+    Title("310", "Task Scheduler started Task Engine", TASKS, _TASK_PROVIDER, r".* process\. Command=.*",
+          "Command="),
+    Title("317", "Task Scheduler started Task Engine", TASKS, _TASK_PROVIDER),
+    Title("314", "Task Scheduler has no tasks running for Task Engine", TASKS, _TASK_PROVIDER),
+    Title("318", "Task Scheduler shutdown Task Engine", TASKS, _TASK_PROVIDER),
+    Title("319", 'Task Engine "', TASKS, _TASK_PROVIDER,
+          r".* received a message from Task Scheduler service requesting to launch task.*",
+          "received a message from Task Scheduler service"),
+    # Group Policy (Operational channel)
+    Title("4006", "Starting periodic policy processing for computer", GPO, _GPO_PROVIDER),
+    Title("4007", "Starting periodic policy processing for user", GPO, _GPO_PROVIDER),
+    Title("8006", "Completed periodic policy processing for computer", GPO, _GPO_PROVIDER),
+    Title("8007", "Completed periodic policy processing for user", GPO, _GPO_PROVIDER),
+    Title("4017", "Making system call", GPO, _GPO_PROVIDER),
+    Title("4017", "Making LDAP calls", GPO, _GPO_PROVIDER),
+    Title("5017", "The system call", GPO, _GPO_PROVIDER),
+    Title("5017", "The LDAP call", GPO, _GPO_PROVIDER),
+    Title("4326", "Group Policy is trying to discover the Domain Controller information.", GPO, _GPO_PROVIDER),
+    Title("5326", "Group Policy successfully discovered the Domain Controller", GPO, _GPO_PROVIDER),
+    Title("5308", "Domain Controller details:", GPO, _GPO_PROVIDER),
+    Title("5309", "Computer details:", GPO, _GPO_PROVIDER),
+    Title("5310", "Account details:", GPO, _GPO_PROVIDER),
+    Title("5311", "The loopback policy processing mode is", GPO, _GPO_PROVIDER),
+    Title("5312", "List of applicable Group Policy objects:", GPO, _GPO_PROVIDER),
+    Title("5313", "The following Group Policy objects were not applicable", GPO, _GPO_PROVIDER),
+    Title("5314", "A fast link was detected.", GPO, _GPO_PROVIDER),
+    Title("5314", "A slow link was detected.", GPO, _GPO_PROVIDER),
+    Title("5315", "Next policy processing for", GPO, _GPO_PROVIDER),
+    Title("5327", "Estimated network bandwidth on one of the connections:", GPO, _GPO_PROVIDER),
+    Title("5320", "Attempting to retrieve the account information.", GPO, _GPO_PROVIDER),
+    Title("5320", "Retrieved account information.", GPO, _GPO_PROVIDER),
+    Title("5320", "Retrieving Domain Controller details.", GPO, _GPO_PROVIDER),
+    Title("5320", "Checking for Group Policy client extensions that are not part of the system.", GPO,
+          _GPO_PROVIDER),
+    Title("5320", "Service configuration update to standalone is not required", GPO, _GPO_PROVIDER),
+    Title("5320", "Finished checking for non-system extensions.", GPO, _GPO_PROVIDER),
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """ECS classification of an event id (Elastic's table), and whose account ``user.*`` names."""
+
+    category: tuple[str, ...]
+    type: tuple[str, ...]
+    action: str
+    outcome: str | None = "success"  # None: from the status code / audit keyword
+    user: str = "subject"  # "target": the account logged on / validated; "subject": the account that acted
+
+
+_LOGON = ("authentication",)
+_IAM = ("iam",)
+EVENTS: dict[str, Event] = {
+    "4624": Event(_LOGON, ("start",), "logged-in", user="target"),
+    "4625": Event(_LOGON, ("start",), "logon-failed", "failure", user="target"),
+    "4634": Event(_LOGON, ("end",), "logged-out", user="target"),
+    "4647": Event(_LOGON, ("end",), "logged-out", user="target"),
+    "4648": Event(_LOGON, ("start",), "logged-in-explicit"),
+    "4662": Event(("configuration",), ("access",), "object-operation-performed"),
+    "4672": Event(_IAM, ("admin",), "logged-in-special"),
+    "4688": Event(("process",), ("start",), "created-process"),
+    "4689": Event(("process",), ("end",), "exited-process"),
+    "4698": Event(_IAM, ("creation",), "scheduled-task-created"),
+    "4720": Event(_IAM, ("user", "creation"), "added-user-account"),
+    "4722": Event(_IAM, ("user", "change"), "enabled-user-account"),
+    "4723": Event(_IAM, ("user", "change"), "changed-password", None),
+    "4724": Event(_IAM, ("user", "change"), "reset-password", None),
+    "4725": Event(_IAM, ("user", "change"), "disabled-user-account"),
+    "4726": Event(_IAM, ("user", "deletion"), "deleted-user-account"),
+    "4728": Event(_IAM, ("group", "change"), "added-member-to-group"),
+    "4729": Event(_IAM, ("group", "change"), "removed-member-from-group"),
+    "4732": Event(_IAM, ("group", "change"), "added-member-to-group"),
+    "4733": Event(_IAM, ("group", "change"), "removed-member-from-group"),
+    "4738": Event(_IAM, ("user", "change"), "modified-user-account"),
+    "4740": Event(_IAM, ("user", "change"), "locked-out-user-account"),
+    "4756": Event(_IAM, ("group", "change"), "added-member-to-group"),
+    "4768": Event(_LOGON, ("start",), "kerberos-authentication-ticket-requested", None, "target"),
+    "4769": Event(_LOGON, ("start",), "kerberos-service-ticket-requested", None, "target"),
+    "4770": Event(_LOGON, ("start",), "kerberos-service-ticket-renewed", None, "target"),
+    "4771": Event(_LOGON, ("start",), "kerberos-preauth-failed", "failure", "target"),
+    "4776": Event(_LOGON, ("start",), "credential-validated", None, "target"),
+    "4778": Event(("authentication", "session"), ("start",), "session-reconnected", user="target"),
+    "4779": Event(("authentication", "session"), ("end",), "session-disconnected", user="target"),
+    "1102": Event(_IAM, ("admin", "change"), "audit-log-cleared"),
+    "7036": Event(("process",), ("change",), "service-state-changed", None),
+    "7040": Event(("configuration",), ("change",), "service-start-type-changed", None),
+    "7045": Event(("configuration",), ("creation",), "service-installed", None),
+    "51": Event(("malware",), ("info",), "security-risk-found", None),
+}
+# Events whose id is a status result: 0x0 is success.
+_STATUS_OUTCOME = ("4768", "4769", "4770", "4776")
+# Events whose rendered "Subject:" section is the EventData Target* (the account logged off).
+_SUBJECT_IS_TARGET = ("4634", "4647")
+_GROUP_EVENTS = ("4728", "4729", "4732", "4733", "4756")
+_ACCOUNT_EVENTS = ("4720", "4722", "4723", "4724", "4725", "4726", "4738", "4740")
+LOGON_TYPES = {"0": "System", "2": "Interactive", "3": "Network", "4": "Batch", "5": "Service",
+               "7": "Unlock", "8": "NetworkCleartext", "9": "NewCredentials", "10": "RemoteInteractive",
+               "11": "CachedInteractive", "12": "CachedRemoteInteractive", "13": "CachedUnlock"}
+
+# JSON keys that describe the record rather than the event (everything else is winlog.event_data).
+ENVELOPE_KEYS = (
+    # EvntSLog
+    "source", "msg", "nteventlogtype", "sourceproc", "id", "categoryid", "category", "keywordid", "user",
+    "user_sid", "catname", "keyword", "level",
+    # NXLog im_msvistalog
+    "EventTime", "Hostname", "Keywords", "EventType", "SeverityValue", "Severity", "EventID", "SourceName",
+    "ProviderGuid", "Version", "Task", "OpcodeValue", "RecordNumber", "Channel", "Message", "Category",
+    "Opcode", "EventReceivedTime", "SourceModuleName", "SourceModuleType", "Domain", "AccountName",
+    "UserID", "AccountType", "ExecutionProcessID", "ExecutionThreadID",
+)
+_ID_KEYS = ("id", "EventID", "event_id", "EventId")
+_CHANNEL_KEYS = ("nteventlogtype", "Channel", "channel", "LogName")
+_PROVIDER_KEYS = ("sourceproc", "SourceName", "ProviderName", "provider")
+_COMPUTER_KEYS = ("source", "Hostname", "Computer", "computer_name")
+_MESSAGE_KEYS = ("msg", "Message", "message")
+
+# Cut the rendered text before Windows' explanatory paragraphs (they repeat labels and cost regex time).
+_EXPLANATIONS = (" This event is generated", " Token Elevation Type indicates", " The subject fields indicate")
+
+_TARGET_SECTIONS = ("New Logon", "Account For Which Logon Failed", "Target Account", "New Account",
+                    "Account Whose Credentials Were Used", "Account That Was Locked Out", "Account Information",
+                    "Target Subject")
+_NAME_END = ("Account Domain|Supplied Realm Name|Additional Information|Service Information|Logon ID|"
+             "Attributes|Failure Information|Logon GUID|Group|Process Information|Network Information|"
+             "Target Server|Changed Attributes|Security ID|User ID|Privileges")
+_DOMAIN_END = ("Logon ID|Logon GUID|User ID|Failure Information|Attributes|Additional Information|"
+               "Service Information|Process Information|Target Server|Changed Attributes|Linked Logon ID|"
+               "Network Account Name|Network Information|Privileges")
+_END = r"\z"
+
+
+def _kv(prefix: str, until: str) -> str:
+    """``prefix`` (a literal start, so Java can search it fast) then the value up to the next label of
+    ``until`` (or the end); an empty value (``Workstation Name: Source Network Address:``) gives nothing."""
+    end = r" ?\z" if until == _END else rf"(?: (?:{until}):| ?\z)"
+    return rf"{prefix}(?: (.*?))??{end}"
+
+
+def _sections(fmt: str, sections=_TARGET_SECTIONS) -> tuple[str, ...]:
+    return tuple(fmt.format(s=s) for s in sections)
+
+
+# EventData name -> regexes over the rendered text (group 1 is the value; the first that matches wins).
+SLOTS: dict[str, tuple[str, ...]] = {
+    "SubjectUserSid": (r"Subject ?: Security ID: (\S+)",),
+    "SubjectUserName": (_kv(r"Subject ?: Security ID: \S+ Account Name:", "Account Domain|Domain Name"),),
+    "SubjectDomainName": (_kv(r"Subject ?: Security ID: \S+ Account Name:[^:]*? (?:Account Domain|Domain Name):",
+                              "Logon ID"),),
+    "SubjectLogonId": (r"Subject ?: Security ID: \S+ Account Name:[^:]*? (?:Account Domain|Domain Name):[^:]*? "
+                       r"Logon ID: (\S+)",),
+    "TargetUserSid": (*_sections(r"{s}: Security ID: (\S+)"), r"Supplied Realm Name: \S* ?User ID: (\S+)",
+                      r"Group: Security ID: (\S+)"),
+    "TargetUserName": (*_sections(_kv(r"{s}:(?: Security ID: \S+)? Account Name:", _NAME_END)),
+                       _kv("Logon Account:", "Source Workstation"),
+                       _kv(r"Group: Security ID: \S+ (?:Group|Account) Name:", "Group Domain|Account Domain")),
+    "TargetDomainName": (*_sections(_kv(r"{s}:(?: Security ID: \S+)? Account Name:[^:]*? "
+                                        r"(?:Account Domain|Supplied Realm Name):", _DOMAIN_END)),
+                         _kv(r"Group: Security ID: \S+ (?:Group|Account) Name:[^:]*? (?:Group|Account) Domain:",
+                             "Additional Information|Changed Attributes")),
+    "TargetLogonId": _sections(r"{s}: Security ID: \S+ Account Name:[^:]*? Account Domain:[^:]*? Logon ID: (\S+)",
+                               ("New Logon", "Target Subject")),
+    "MemberSid": (r"Member: Security ID: (\S+)",),
+    "MemberName": (_kv(r"Member: Security ID: \S+ Account Name:", "Group|Additional Information"),),
+    "LogonType": (r"Logon Type: ([0-9]+)",),
+    "WorkstationName": (_kv("Workstation Name:", "Source Network Address|Network Address"),),
+    "Workstation": (_kv("Source Workstation:", "Error Code"),),
+    "IpAddress": (r"Source Network Address: (\S+)", r"Network Information: Network Address: (\S+)",
+                  r"Client Address: (\S+)"),
+    "IpPort": (r"Source Port: ([0-9]+)", r"Network Address: \S+ Port: ([0-9]+)", r"Client Port: ([0-9]+)"),
+    "ProcessId": (r"Caller Process ID: (\S+)", r"Creator Process ID: (\S+)", r"Process Information: Process ID: (\S+)"),
+    "ProcessName": (_kv("Caller Process Name:", "Network Information"),
+                    _kv(r"Process Information: Process ID: \S+ Process Name:",
+                        "Network Information|Detailed Authentication Information|Impersonation Level|Exit Status")),
+    "NewProcessId": (r"New Process ID: (\S+)",),
+    "NewProcessName": (_kv("New Process Name:", "Token Elevation Type|Creator Process ID|Mandatory Label"),),
+    "ParentProcessName": (_kv("Creator Process Name:", "Process Command Line"),),
+    "CommandLine": (_kv("Process Command Line:", _END),),
+    "LogonProcessName": (r"Logon Process: (\S+)",),
+    "AuthenticationPackageName": (r"Authentication Package: (\S+)",),
+    "FailureReason": (_kv("Failure Reason:", "Status"),),
+    "Status": (r"Failure Reason:[^:]*? Status: (\S+)", r"Failure Code: (\S+)", r"Result Code: (\S+)",
+               r"Error Code: (\S+)"),
+    "SubStatus": (r"Sub Status: (\S+)",),
+    "ServiceName": (_kv("Service Information: Service Name:", "Service ID|Network Information"),
+                    _kv("A service was installed in the system. Service Name:", "Service File Name")),
+    "ServiceSid": (r"Service ID: (\S+)",),
+    "TicketOptions": (r"Ticket Options: (\S+)",),
+    "TicketEncryptionType": (r"Ticket Encryption Type: (\S+)",),
+    "PreAuthType": (r"Pre-Authentication Type: (\S+)",),
+    "TargetServerName": (_kv("Target Server Name:", "Additional Information"),),
+    "PrivilegeList": (_kv("Privileges:", _END),),
+    "ImagePath": (_kv("Service File Name:", "Service Type"),),
+    "ServiceType": (_kv("Service Type:", "Service Start Type"),),
+    "StartType": (_kv("Service Start Type:", "Service Account"),),
+    "ServiceAccount": (_kv("Service Account:", _END),),
+    # (literal the text must contain, regex) where the regex's own start is too common to search for.
+    "param1": (("service entered the ", r"^The (.+?) service entered the .+ state\."),
+               r"The start type of the (.+?) service was changed "),
+    "param2": (("service entered the ", r"^The .+? service entered the (.+) state\."),
+               r"The start type of the .+? service was changed from (.+?) to "),
+    "param3": (r"The start type of the .+? service was changed from .+? to (.+?)\.",),
+}
+
+
+_KERBEROS = ("4768", "4769", "4770", "4771")
+_LOGONS = ("4624", "4625", "4648")
+_TARGETS = (*_LOGONS, "4688", "4720", "4722", "4723", "4724", "4725", "4726", "4738", "4740", *_KERBEROS, "4776",
+            "4728", "4729", "4732", "4733", "4756", "4778", "4779")
+_SECURITY_SUBJECT = tuple(sorted({t.event_id for t in TITLES if t.channel == SECURITY} - {*_KERBEROS, "4776"}))
+# The event ids whose rendered text has a slot (a slot is read only for those, or when the id is unknown).
+SLOT_CODES: dict[str, tuple[str, ...]] = {
+    "SubjectUserSid": _SECURITY_SUBJECT, "SubjectUserName": _SECURITY_SUBJECT,
+    "SubjectDomainName": _SECURITY_SUBJECT, "SubjectLogonId": _SECURITY_SUBJECT,
+    "TargetUserSid": _TARGETS, "TargetUserName": _TARGETS, "TargetDomainName": _TARGETS,
+    "TargetLogonId": ("4624", "4688"),
+    "MemberSid": _GROUP_EVENTS, "MemberName": _GROUP_EVENTS,
+    "LogonType": ("4624", "4625", "4634"),
+    "WorkstationName": ("4624", "4625"), "Workstation": ("4776",),
+    "IpAddress": (*_LOGONS, *_KERBEROS, "4778", "4779"), "IpPort": (*_LOGONS, *_KERBEROS, "4778", "4779"),
+    "ProcessId": (*_LOGONS, "4688", "4689"), "ProcessName": (*_LOGONS, "4688", "4689"),
+    "NewProcessId": ("4688",), "NewProcessName": ("4688",), "ParentProcessName": ("4688",),
+    "CommandLine": ("4688",),
+    "LogonProcessName": ("4624", "4625"), "AuthenticationPackageName": ("4624", "4625", "4776"),
+    "FailureReason": ("4625",), "Status": ("4625", *_KERBEROS, "4776"), "SubStatus": ("4625",),
+    "ServiceName": (*_KERBEROS, "7045"), "ServiceSid": _KERBEROS, "TicketOptions": _KERBEROS,
+    "TicketEncryptionType": _KERBEROS, "PreAuthType": _KERBEROS,
+    "TargetServerName": ("4648",), "PrivilegeList": ("4672",),
+    "ImagePath": ("7045",), "ServiceType": ("7045",), "StartType": ("7045",), "ServiceAccount": ("7045",),
+    "param1": ("7036", "7040"), "param2": ("7036", "7040"), "param3": ("7040",),
+}
+
+
+def _lookup(values: list, index: Column, typ: str = "string") -> Column:
+    """``values[index]`` (1-based) from a constant array; null for index null/0."""
+    null = F.lit(None).cast(typ)
+    array = F.array(*[(F.array(*[F.lit(x) for x in v]) if isinstance(v, tuple) else F.lit(v))
+                      if v is not None else null for v in values])
+    return F.try_element_at(array, F.nullif(index, F.lit(0)))
+
+
+def is_windows(program_lc: Column, j: Column) -> Column:
+    has_channel = F.coalesce(*[F.try_element_at(j, F.lit(k)).isNotNull() for k in _CHANNEL_KEYS], F.lit(False))
+    return program_lc.isin(*PROGRAMS) | has_channel
+
+
+def _first_key(j: Column, keys: tuple[str, ...]) -> Column:
+    return F.coalesce(*[V.blank_to_null(F.try_element_at(j, F.lit(k))) for k in keys])
+
+
+def _title_index(text: Column) -> Column:
+    """1-based index into :data:`TITLES` of the rendered title ``text`` starts with; null when none."""
+    case = None
+    for i, t in enumerate(TITLES, start=1):
+        cond = text.startswith(t.prefix)
+        if t.contains:
+            cond = cond & text.contains(t.contains)
+        if t.regex:
+            cond = cond & text.rlike(f"^(?:{t.regex})")
+        case = F.when(cond, F.lit(i)) if case is None else case.when(cond, F.lit(i))
+    return case
+
+
+def add_match(df, sys: Column, j: Column):
+    """Internal columns of Windows rows (null for other rows), each step materialized so that no regular
+    expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (event id, channel,
+    provider, the text cut before Windows' explanations), ``_wt`` (the EventData slots read from the text,
+    only where the JSON lacks them) and ``_wd`` (the slots, JSON first; "-" and blanks are null)."""
+    body = sys.getField("body")
+    win = is_windows(sys.getField("program_lc"), j)
+    # JSON with an id and EventData needs no text: the rendered message is read only when the JSON lacks them.
+    json_complete = _first_key(j, _ID_KEYS).isNotNull() & (F.size(_event_data(j)) > 0)
+    raw_text = (F.when(j.isNull(), body).when(json_complete, F.lit(""))
+                .otherwise(F.regexp_replace(F.trim(_first_key(j, _MESSAGE_KEYS)), r"\s+", " ")))
+    df = df.withColumn("_wtext", F.when(win, F.coalesce(raw_text, F.lit(""))))
+    text = F.col("_wtext")
+    cut = text
+    for marker in _EXPLANATIONS:
+        cut = F.substring_index(cut, marker, 1)
+    json_id = F.regexp_extract(F.coalesce(_first_key(j, _ID_KEYS), F.lit("")), r"^\s*([0-9]{1,5})\s*$", 1)
+    sd = F.coalesce(sys.getField("sd"), F.lit(""))
+    sd_id = F.when(sd.contains("eventID="), F.regexp_extract(sd, r'\beventID="([0-9]{1,5})"', 1))
+    sd_source = F.when(sd.contains("eventSource="), F.regexp_extract(sd, r'\beventSource="([^"]*)"', 1))
+    df = df.withColumn("_wpre", F.when(text.isNotNull(), F.struct(
+        cut.alias("cut"),
+        F.coalesce(F.nullif(json_id, F.lit("")), F.nullif(sd_id, F.lit(""))).alias("given_id"),
+        F.coalesce(_first_key(j, _CHANNEL_KEYS), F.nullif(sd_source, F.lit(""))).alias("given_channel"),
+        _title_index(text).alias("title"),
+    )))
+    pre = F.col("_wpre")
+    title = pre.getField("title")
+    df = df.withColumn("_win", F.when(pre.isNotNull(), F.struct(
+        F.coalesce(pre.getField("given_id"), _lookup([t.event_id for t in TITLES], title)).alias("code"),
+        F.coalesce(pre.getField("given_channel"), _lookup([t.channel for t in TITLES], title)).alias("channel"),
+        F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)).alias("provider"),
+        pre.getField("cut").alias("cut"),
+    )))
+    w = F.col("_win")
+    cut = w.getField("cut")
+
+    def json_value(name: str) -> Column:
+        return F.try_element_at(j, F.lit(name))
+
+    def from_text(name: str) -> Column:
+        # Each regex runs only when its literal start is in the text (a byte search, no String conversion).
+        chain = F.coalesce(*[F.when(cut.contains(gate), F.nullif(F.regexp_extract(cut, r, 1), F.lit("")))
+                             for gate, r in map(_gated, SLOTS[name])])
+        code = w.getField("code")
+        return F.when(json_value(name).isNull() & (code.isin(*SLOT_CODES[name]) | code.isNull()), chain)
+
+    df = df.withColumn("_wt", F.when(w.isNotNull(), F.struct(*[from_text(n).alias(n) for n in SLOTS])))
+    t = F.col("_wt")
+    slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), t.getField(n))).alias(n) for n in SLOTS])
+    return df.withColumn("_wd", F.when(w.isNotNull(), slots))
+
+
+def _event_data(j: Column) -> Column:
+    """The JSON keys that are EventData (not the forwarder's envelope)."""
+    return F.map_filter(j, lambda k, _v: ~k.isin(*ENVELOPE_KEYS))
+
+
+_REGEX_META = set("\\()[]{}?*+|.^$")
+
+
+def _gated(entry: str | tuple[str, str]) -> tuple[str, str]:
+    return entry if isinstance(entry, tuple) else (_literal_prefix(entry), entry)
+
+
+def _literal_prefix(regex: str) -> str:
+    """The literal text every match of ``regex`` starts with (``"Subject ?: …"`` -> ``"Subject"``)."""
+    out = []
+    for ch in regex:
+        if ch in _REGEX_META:
+            if ch in "?*{" and out:
+                out.pop()
+            break
+        out.append(ch)
+    return "".join(out)
+
+
+def _hex_or_int(text: Column) -> Column:
+    """``0x1f4`` or ``500`` -> 500 (null for 0, which Windows writes when there is no process)."""
+    value = F.when(text.rlike(r"^0[xX][0-9a-fA-F]{1,15}$"), F.conv(F.substring(text, 3, 16), 16, 10).try_cast("bigint")) \
+        .otherwise(text.try_cast("bigint"))
+    return F.nullif(value, F.lit(0))
+
+
+def _basename(path: Column) -> Column:
+    return F.nullif(F.regexp_extract(path, r"([^\\/]+)$", 1), F.lit(""))
+
+
+def _split_account(account: Column) -> tuple[Column, Column]:
+    """``DOMAIN\\name`` / ``name@REALM`` / ``name`` -> (name, domain)."""
+    name = (F.when(account.contains("\\"), F.substring_index(account, "\\", -1))
+            .when(account.rlike(r"^[^@]+@[^@]+$"), F.substring_index(account, "@", 1)).otherwise(account))
+    domain = (F.when(account.contains("\\"), F.substring_index(account, "\\", 1))
+              .when(account.rlike(r"^[^@]+@[^@]+$"), F.substring_index(account, "@", -1)))
+    return name, domain
+
+
+def fields(j: Column) -> Fields:
+    """ECS fields of Windows rows (null elsewhere)."""
+    w = F.col("_win")
+    d = F.col("_wd")
+    present = w.isNotNull()
+    code = w.getField("code")
+    channel = w.getField("channel")
+
+    def s(name: str) -> Column:
+        return d.getField(name)
+
+    ids = list(EVENTS)
+    idx = F.array_position(F.array(*[F.lit(i) for i in ids]), code).cast("int")
+    events = list(EVENTS.values())
+    category = _lookup([e.category for e in events], idx, "array<string>")
+    etype = _lookup([e.type for e in events], idx, "array<string>")
+    action = _lookup([e.action for e in events], idx)
+    table_outcome = _lookup([e.outcome for e in events], idx)
+    role = _lookup([e.user for e in events], idx)
+
+    subject_is_target = code.isin(*_SUBJECT_IS_TARGET) & j.isNull()
+    subj_name = F.when(~subject_is_target, s("SubjectUserName"))
+    subj_domain = F.when(~subject_is_target, s("SubjectDomainName"))
+    subj_sid = F.when(~subject_is_target, s("SubjectUserSid"))
+    subj_logon = F.when(~subject_is_target, s("SubjectLogonId"))
+    tgt_name = F.coalesce(s("TargetUserName"), F.when(subject_is_target, s("SubjectUserName")))
+    tgt_domain = F.coalesce(s("TargetDomainName"), F.when(subject_is_target, s("SubjectDomainName")))
+    tgt_sid = F.coalesce(s("TargetUserSid"), F.try_element_at(j, F.lit("TargetSid")),
+                         F.when(subject_is_target, s("SubjectUserSid")))
+    tgt_logon = F.coalesce(s("TargetLogonId"), F.when(subject_is_target, s("SubjectLogonId")))
+    tgt_short, tgt_realm = _split_account(tgt_name)
+
+    is_target = F.coalesce(role == F.lit("target"), subj_name.isNull() & tgt_name.isNotNull())
+    is_group = code.isin(*_GROUP_EVENTS)
+    is_account = code.isin(*_ACCOUNT_EVENTS)
+    is_4688 = code == F.lit("4688")
+    is_4648 = code == F.lit("4648")
+
+    status = F.lower(s("Status"))
+    keyword = F.lower(F.coalesce(_first_key(j, ("keyword", "Keywords", "EventType")), F.lit("")))
+    outcome = F.coalesce(
+        table_outcome,
+        F.when(code.isin(*_STATUS_OUTCOME) & status.isNotNull(),
+               F.when(status.isin("0x0", "0"), F.lit("success")).otherwise(F.lit("failure"))),
+        F.when(keyword.contains("audit failure"), F.lit("failure")),
+        F.when(keyword.contains("audit success"), F.lit("success")),
+    )
+    logon_type = s("LogonType")
+    ip = F.regexp_replace(s("IpAddress"), r"^::ffff:(?=[0-9]+\.)", "")
+    process_executable = F.when(is_4688, s("NewProcessName")).otherwise(s("ProcessName"))
+    process_pid = _hex_or_int(F.when(is_4688, s("NewProcessId")).otherwise(s("ProcessId")))
+    member = s("MemberName")
+    member_cn = F.coalesce(F.nullif(F.regexp_extract(member, r"^CN=((?:[^,\\]|\\.)+)", 1), F.lit("")), member)
+    winlog_user = V.blank_to_null(F.nullif(F.try_element_at(j, F.lit("user")), F.lit("N\\A")))
+    wl_user_name, wl_user_domain = _split_account(winlog_user)
+    level = _first_key(j, ("level", "Severity"))
+    data_names = list(SLOTS)
+    def data_key(n: str) -> Column:
+        # 4634/4647 render their Target* EventData under "Subject:" (Target* slots are not read for them).
+        if n.startswith("Subject"):
+            return F.when(subject_is_target, F.lit("Target" + n[len("Subject"):])).otherwise(F.lit(n))
+        return F.lit(n)
+
+    text_data = F.map_from_entries(F.filter(
+        F.array(*[F.struct(data_key(n).alias("k"), s(n).alias("v")) for n in data_names]),
+        lambda e: e["v"].isNotNull()))
+    json_data = _event_data(j)
+    event_data = F.when(j.isNotNull(), json_data).otherwise(text_data)
+    event_data = F.when(F.size(event_data) > 0, event_data)
+    service = F.coalesce(s("param1"), s("ServiceName"))
+    return {
+        "event.kind": F.when(present, F.lit("event")),
+        "event.module": F.when(present, F.lit("windows")),
+        "event.dataset": F.when(present, F.coalesce(
+            _lookup(list(DATASETS.values()), F.array_position(F.array(*[F.lit(c) for c in DATASETS]),
+                                                              channel).cast("int")),
+            F.lit(DATASET_OTHER))),
+        "event.code": code,
+        "event.provider": w.getField("provider"),
+        "event.category": category,
+        "event.type": etype,
+        "event.action": F.coalesce(action, F.nullif(V.blank_to_null(F.try_element_at(j, F.lit("catname"))),
+                                                    F.lit("0"))),
+        "event.outcome": F.when(present, outcome),
+        "message": F.when(j.isNotNull(), _first_key(j, _MESSAGE_KEYS)),
+        "log.level": F.lower(level),
+        "winlog.event_id": code,
+        "winlog.channel": channel,
+        "winlog.provider_name": w.getField("provider"),
+        "winlog.computer_name": F.when(present, F.coalesce(_first_key(j, _COMPUTER_KEYS),
+                                                           F.col("_sys").getField("hostname"))),
+        "winlog.task": F.nullif(V.blank_to_null(F.try_element_at(j, F.lit("catname"))), F.lit("0")),
+        "winlog.keywords": F.when(keyword != F.lit(""), F.array(_first_key(j, ("keyword", "Keywords")))),
+        "winlog.user.name": wl_user_name,
+        "winlog.user.domain": wl_user_domain,
+        "winlog.user.identifier": V.blank_to_null(F.try_element_at(j, F.lit("user_sid"))),
+        "winlog.logon.type": F.coalesce(_lookup(list(LOGON_TYPES.values()), F.array_position(
+            F.array(*[F.lit(k) for k in LOGON_TYPES]), logon_type).cast("int")), logon_type),
+        "winlog.logon.id": F.when(is_target, tgt_logon).otherwise(F.coalesce(subj_logon, tgt_logon)),
+        "winlog.event_data": F.when(present, event_data),
+        "user.name": F.when(is_target, tgt_short).otherwise(subj_name),
+        "user.domain": F.when(is_target, F.coalesce(tgt_domain, tgt_realm)).otherwise(subj_domain),
+        "user.id": F.when(is_target, tgt_sid).otherwise(subj_sid),
+        "user.target.name": F.when(is_account, tgt_short).when(is_group, member_cn),
+        "user.target.domain": F.when(is_account, F.coalesce(tgt_domain, tgt_realm)),
+        "user.target.id": F.when(is_account, tgt_sid).when(is_group, s("MemberSid")),
+        "user.effective.name": F.when(is_4648, tgt_short),
+        "user.effective.domain": F.when(is_4648, tgt_domain),
+        "group.name": F.when(is_group, tgt_name),
+        "group.domain": F.when(is_group, tgt_domain),
+        "group.id": F.when(is_group, tgt_sid),
+        "source.address": F.nullif(ip, F.lit("")),
+        "source.port": V.to_int(s("IpPort")),
+        "source.domain": F.coalesce(s("WorkstationName"), s("Workstation")),
+        "process.pid": process_pid,
+        "process.executable": process_executable,
+        "process.name": _basename(process_executable),
+        "process.command_line": s("CommandLine"),
+        "process.parent.pid": F.when(is_4688, _hex_or_int(s("ProcessId"))),
+        "process.parent.executable": F.when(is_4688, s("ParentProcessName")),
+        "process.parent.name": F.when(is_4688, _basename(s("ParentProcessName"))),
+        "service.name": service,
+        "service.state": F.when(code == F.lit("7036"), s("param2")),
+    }
