@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "produce-samples": ("ingest.sample_producer", "send sample raw log lines to the raw topics"),
     "generate": ("generator.command", "generate synthetic security logs with labelled attacks"),
     "parse": ("ingest.parse_command", "batch-parse log files into normalized ECS JSON"),
+    "replay": ("ingest.replay", "send captured log files to the raw topics, optionally shifted to now"),
     "bench": ("nightjar.bench", "benchmarks that print throughput figures"),
     "alerts": ("alerts.alerts_tail", "the alerts topic: `alerts tail` prints alerts as the SOC receives them"),
     "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),

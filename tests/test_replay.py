@@ -1,0 +1,125 @@
+"""``nightjar replay`` against a real (Tansu) broker: lines reach their raw topics byte for byte or shifted to
+now, unreadable lines are sent and reported with their line numbers, bad arguments are one line and exit 2."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pytest
+
+from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
+
+
+def consume_all(bootstrap: str, topic: str, marker: bytes, expected: int, timeout: float = 20.0) -> list[bytes]:
+    """Every record of ``topic`` containing ``marker`` (the broker is shared by the test run): per partition in
+    order, partitions one after the other."""
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
+    got: dict[int, list[bytes]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and sum(map(len, got.values())) < expected:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            if marker in msg.value():
+                got.setdefault(msg.partition(), []).append(msg.value())
+    finally:
+        consumer.close()
+    return [v for p in sorted(got) for v in got[p]]
+
+
+@pytest.fixture
+def capture(tmp_path):
+    marker = uuid.uuid4().hex[:12]
+    syslog = tmp_path / "auth.log"
+    lines = [
+        f"<38>1 2018-03-24T08:59:54.123-07:00 host-{marker} sshd 4242 - - Accepted password for bob from "
+        "10.0.0.5 port 50022 ssh2".encode(),
+        f"<38>Mar 24 16:00:54 host-{marker} sshd[4242]: Failed password for root from 10.0.0.6 port 4 ssh2".encode(),
+        b"",
+        f"\xff\xfe not utf-8 host-{marker}".encode("latin-1"),
+        f"<13>1 - host-{marker} app - - - no clock".encode(),
+    ]
+    syslog.write_bytes(b"\n".join(lines) + b"\n")
+    zeek = tmp_path / "conn.ndjson"
+    records = [{"_path": "conn", "ts": 1521907200.5, "uid": f"C{marker}", "id.orig_h": "10.0.0.5"},
+               {"_path": "dns", "ts": "2018-03-24T16:01:00.250000Z", "uid": f"D{marker}", "query": "a.example"}]
+    zeek.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return marker, syslog, zeek, lines
+
+
+def test_replay_sends_every_line_unchanged(broker, capture, capsys):
+    from nightjar.cli import main
+
+    marker, syslog, zeek, lines = capture
+    code = main(["replay", str(syslog), str(zeek), "--quiet", "--bootstrap", broker.bootstrap])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"replayed 7 lines (5 to {TOPIC_RAW_SYSLOG}, 2 to {TOPIC_RAW_ZEEK}; 2 reported on stderr)" in out
+    assert err.splitlines() == [f"{syslog}:3: blank line (sent unchanged)",
+                                f"{syslog}:4: invalid UTF-8 at byte 0 (sent unchanged)"]
+    # Same host, same key, one partition: file order. The invalid-UTF-8 line has no host (no key).
+    got = consume_all(broker.bootstrap, TOPIC_RAW_SYSLOG, marker.encode(), 4)
+    assert [v for v in got if v != lines[3]] == [lines[0], lines[1], lines[4]] and lines[3] in got
+    zeek_got = consume_all(broker.bootstrap, TOPIC_RAW_ZEEK, marker.encode(), 2)
+    assert sorted(zeek_got) == sorted(zeek.read_bytes().splitlines())
+
+
+def test_replay_shift_to_now_keeps_spacing(broker, capture, capsys):
+    from core.config import Settings
+    from ingest.replay import replay
+
+    marker, syslog, zeek, lines = capture
+    now = dt.datetime(2026, 11, 24, 7, 0, 0, tzinfo=dt.UTC)
+    # Earliest timestamp of the capture: 2018-03-24T15:59:54.123Z (the RFC 5424 line, -07:00).
+    result = replay(Settings(bootstrap=broker.bootstrap), [syslog, zeek], rate=200, shift_to_now=True,
+                    progress=False, now=now)
+    err = capsys.readouterr().err.splitlines()
+    assert result.offset == now - dt.datetime(2018, 3, 24, 15, 59, 54, 123000, tzinfo=dt.UTC)
+    assert result.delivered == 7 and result.reported == 3
+    assert err == [f"{syslog}:3: blank line (sent unchanged)", f"{syslog}:4: invalid UTF-8 at byte 0 (sent unchanged)",
+                   f"{syslog}:5: no readable timestamp to shift (sent unchanged)"]
+    got = [v for v in consume_all(broker.bootstrap, TOPIC_RAW_SYSLOG, marker.encode(), 8) if v != lines[3]][-3:]
+    # The RFC 5424 line keeps its offset and its 3 fraction digits; the BSD line (2018 read as this year, 2026)
+    # moves by the same offset.
+    assert got[0] == (f"<38>1 2026-11-24T00:00:00.000-07:00 host-{marker} sshd 4242 - - Accepted password for bob "
+                      "from 10.0.0.5 port 50022 ssh2").encode()
+    bsd_then = dt.datetime(2026, 3, 24, 16, 0, 54, tzinfo=dt.UTC) + result.offset
+    assert got[1].startswith(f"<38>{bsd_then:%b} {bsd_then.day:>2} {bsd_then:%H:%M:%S} host-{marker}".encode())
+    assert got[2] == lines[4]
+    zeek_got = sorted((json.loads(v) for v in consume_all(broker.bootstrap, TOPIC_RAW_ZEEK, marker.encode(), 4)
+                       if b'"ts": "2018' not in v and b'"ts": 1521907200.5,' not in v), key=lambda r: r["_path"])
+    assert len(zeek_got) == 2
+    assert zeek_got[0]["ts"] == pytest.approx((dt.datetime(2018, 3, 24, 16, 0, 0, 500000, tzinfo=dt.UTC)
+                                               + result.offset).timestamp(), abs=1e-3)
+    assert zeek_got[1]["ts"] == "2026-11-24T07:01:06.127000Z"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["replay", "/nonexistent/file.log"], "nightjar replay: error: /nonexistent/file.log: no such file"),
+    (["replay", "--rate", "0", "/dev/null"], "nightjar replay: error: --rate must be a positive number"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(capsys, argv, message):
+    from nightjar.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(message)
+
+
+def test_missing_files_argument_exits_2(capsys):
+    from nightjar.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["replay"])
+    assert exc.value.code == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
