@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="micro-batch size of the streaming run (default 50000)")
     parser.add_argument("--skip-stream", action="store_true", help="measure the batch parse stage only")
     parser.add_argument("--keep-lake", action="store_true", help="keep the streaming run's lake directory")
+    parser.add_argument("--skip-windows", action="store_true",
+                        help="skip the Windows-event-log vs sshd parse-rate comparison")
 
 
 def workload(n: int, bad_percent: float, seed: int = 7) -> list[tuple[str, bytes]]:
@@ -52,6 +54,59 @@ def workload(n: int, bad_percent: float, seed: int = 7) -> list[tuple[str, bytes
         topic, _key, value = next(lines)
         out.append(("zeek" if topic.endswith("zeek") else "syslog", value))
     return out
+
+
+# Windows event logs as EvntSLog forwards them (rendered text and @cee JSON), the mix of a domain controller's
+# Security log; and sshd lines of the same kinds (logon success/failure, logoff) for the comparison.
+_WIN = "<133>1 2018-03-24T08:59:54-07:00 dc-{h}.corp.example EvntSLog - - - "
+_WINDOWS_LINES = (
+    _WIN + "An account was successfully logged on. Subject: Security ID: S-1-0-0 Account Name: - Account Domain: - "
+    "Logon ID: 0x0 Logon Type: 3 New Logon: Security ID: S-1-5-21-1-2-3-{n} Account Name: user{n} Account Domain: "
+    "CORP Logon ID: 0x3bad0b8 Logon GUID: {{3927FFCA-9038-917B-C030-965416739BC7}} Process Information: Process ID: "
+    "0x0 Process Name: - Network Information: Workstation Name: Source Network Address: 10.0.{h}.25 Source Port: "
+    "49361 Detailed Authentication Information: Logon Process: Kerberos Authentication Package: Kerberos Transited "
+    "Services: - Package Name (NTLM only): - Key Length: 0 This event is generated when a logon session is created. "
+    "It is generated on the computer that was accessed.",
+    _WIN + "An account failed to log on. Subject: Security ID: S-1-0-0 Account Name: - Account Domain: - Logon ID: "
+    "0x0 Logon Type: 3 Account For Which Logon Failed: Security ID: S-1-0-0 Account Name: admin{n} Account Domain: "
+    "WS Failure Information: Failure Reason: Unknown user name or bad password. Status: 0xc000006d Sub Status: "
+    "0xc000006a Process Information: Caller Process ID: 0x0 Caller Process Name: - Network Information: Workstation "
+    "Name: WS Source Network Address: 10.150.{h}.20 Source Port: 38370 Detailed Authentication Information: Logon "
+    "Process: NtLmSsp Authentication Package: NTLM Transited Services: - Package Name (NTLM only): - Key Length: 0",
+    _WIN + "An account was logged off. Subject: Security ID: S-1-5-21-1-2-3-{n} Account Name: user{n} Account "
+    "Domain: CORP Logon ID: 0x2e76d56 Logon Type: 3 This event is generated when a logon session is destroyed.",
+    _WIN + "Special privileges assigned to new logon. Subject: Security ID: S-1-5-18 Account Name: DC{h}$ Account "
+    "Domain: CORP Logon ID: 0x3bad0b8 Privileges: SeSecurityPrivilege SeBackupPrivilege SeRestorePrivilege",
+    _WIN + "The domain controller attempted to validate the credentials for an account. Authentication Package: "
+    "MICROSOFT_AUTHENTICATION_PACKAGE_V1_0 Logon Account: user{n} Source Workstation: WS{h} Error Code: 0x0",
+    _WIN + '@cee: {{"source": "dc-{h}.corp.example", "msg": "An account was logged off.\\r\\n\\r\\nSubject:'
+    '\\r\\n\\tSecurity ID:\\t\\tS-1-5-21-1-2-3-{n}", "nteventlogtype": "Security", "sourceproc": '
+    '"Microsoft-Windows-Security-Auditing", "id": "4634", "user": "N\\\\A", "TargetUserSid": "S-1-5-21-1-2-3-{n}", '
+    '"TargetUserName": "user{n}", "TargetDomainName": "CORP", "TargetLogonId": "0x22006e9", "LogonType": "3", '
+    '"catname": "Logoff", "keyword": "Audit Success", "level": "Information"}}',
+)
+_SSHD_LINES = (
+    "<38>Mar 24 08:59:54 bastion-{h} sshd[4{n}]: Accepted publickey for user{n} from 10.0.{h}.5 port 50022 ssh2: "
+    "ED25519 SHA256:abcdefghijklmnop",
+    "<38>Mar 24 08:59:54 bastion-{h} sshd[4{n}]: Failed password for invalid user admin{n} from 203.0.113.{h} "
+    "port 4242 ssh2",
+    "<38>Mar 24 08:59:54 bastion-{h} sshd[4{n}]: Disconnected from user user{n} 10.0.{h}.5 port 50022",
+    "<38>Mar 24 08:59:54 bastion-{h} sshd[4{n}]: Invalid user test{n} from 198.51.100.{h} port 5555",
+)
+
+
+def source_lines(templates: tuple[str, ...], n: int, seed: int = 7) -> list[tuple[str, bytes]]:
+    """``n`` syslog records cycling through ``templates`` with varying user/host numbers."""
+    rng = random.Random(seed)
+    return [("syslog", templates[i % len(templates)].format(n=rng.randrange(1000), h=rng.randrange(1, 250))
+             .encode()) for i in range(n)]
+
+
+def bench_windows_vs_sshd(spark, n: int, max_bytes: int) -> dict[str, float]:
+    """Parse-stage events/s of Windows event-log lines and of sshd lines, same method as :func:`bench_batch`."""
+    windows, _ = bench_batch(spark, source_lines(_WINDOWS_LINES, n), max_bytes)
+    sshd, _ = bench_batch(spark, source_lines(_SSHD_LINES, n), max_bytes)
+    return {"windows_events_per_s": windows, "sshd_events_per_s": sshd, "windows_to_sshd": windows / sshd}
 
 
 def bench_batch(spark, records: list[tuple[str, bytes]], max_bytes: int) -> tuple[float, int]:
@@ -142,6 +197,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     rate, bad = bench_batch(spark, records, settings.max_record_bytes)
     print(f"parse stage (batch):     {rate:>10,.0f} events/s  ({len(records):,} records, {bad:,} quarantined, "
           f"{settings.spark_master})", flush=True)
+    if not args.skip_windows:
+        figures = bench_windows_vs_sshd(spark, min(args.events, 100_000), settings.max_record_bytes)
+        print(f"parse stage, sshd lines:    {figures['sshd_events_per_s']:>10,.0f} events/s", flush=True)
+        print(f"parse stage, Windows lines: {figures['windows_events_per_s']:>10,.0f} events/s  "
+              f"({figures['windows_to_sshd']:.2f} x sshd; EvntSLog rendered text + @cee JSON, Security log mix)",
+              flush=True)
     if args.skip_stream:
         return 0
     from ingest.embedded_broker import EmbeddedBroker
