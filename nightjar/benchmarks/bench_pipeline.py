@@ -161,8 +161,9 @@ def _nightjar_argv() -> list[str]:
 
 
 class Children:
-    """Subprocesses in their own process groups; :meth:`stop_all` leaves nothing behind (PySpark's worker daemons
-    start a process group of their own: every descendant seen is reaped too)."""
+    """Subprocesses in their own process groups; :meth:`stop` sends SIGTERM to the command, waits, then SIGKILLs its
+    group, and :meth:`stop_all` leaves nothing behind (PySpark's worker daemons start a process group of their own:
+    every descendant seen is reaped too)."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
@@ -194,7 +195,9 @@ class Children:
         pids = _descendants(proc.pid) if proc.poll() is None else set()
         self.seen |= pids
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            # SIGTERM to the command only, as `kill PID` or `docker stop` would: signalled too, the Spark JVM (same
+            # process group) would run its shutdown hook and stop the SparkContext under the pipeline's own stop.
+            proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(grace_s)
             except subprocess.TimeoutExpired:
@@ -743,8 +746,18 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         # also runs the driver out of heap).
         cum: dict[str, float] = {}
 
+        failures: dict[str, str] = {}
+
         def step(name: str, fn) -> None:
-            cum[name] = timed(fn)
+            try:
+                cum[name] = timed(fn)
+            except Exception as exc:  # e.g. the JVM out of heap: the other stages still tell where time goes
+                from core.errors import summarize_query_error
+
+                cum[name] = float("nan")
+                failures[name] = summarize_query_error(str(exc))[:300]
+                Out.status(f"stages: {name} FAILED: {failures[name]}")
+                return
             Out.status(f"stages: {name}: {cum[name]:.1f}s")
 
         # Warm-up on a slice (code generation, Python workers), so the first stage timed does not pay for it.
@@ -789,24 +802,31 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
             "single-event rules": cum["single"],
             "correlations": cum["correlations"],
         }
+        failed = [k for k, v in costs.items() if v != v]  # NaN: a step it depends on failed
         clamped = [k for k, v in costs.items() if v < 0]
-        costs = {k: max(0.0, v) for k, v in costs.items()}
-        total = sum(costs.values())
-        rows = [{"stage": k, "seconds": round(v, 3), "share": round(v / total, 4) if total else 0.0,
-                 "events_per_s": round(n / v, 1) if v > 0 else None} for k, v in costs.items()]
+        costs = {k: (None if k in failed else max(0.0, v)) for k, v in costs.items()}
+        total = sum(v for v in costs.values() if v is not None)
+        rows = [{"stage": k, "seconds": None if v is None else round(v, 3),
+                 "share": None if v is None else (round(v / total, 4) if total else 0.0),
+                 "events_per_s": round(n / v, 1) if v else None} for k, v in costs.items()]
         out.say(f"== per-stage cost, batch, {n:,} records (bronze cached in {cache_s:.1f}s; parse and attribution "
                 f"timed as cumulative plans, cost = difference; attributed records and enriched events cached as "
                 f"the ingest batch caches them) ==")
         out.say(f"  {'stage':<22} {'seconds':>8} {'share':>7} {'events/s':>11}")
         for r in rows:
             eps = f"{r['events_per_s']:,.0f}" if r["events_per_s"] else "-"
+            if r["seconds"] is None:
+                out.say(f"  {r['stage']:<22} {'failed':>8}")
+                continue
             out.say(f"  {r['stage']:<22} {r['seconds']:>8.2f} {100 * r['share']:>6.1f}% {eps:>11}")
         out.say(f"  {'total':<22} {total:>8.2f} {100.0:>6.1f}% {n / total if total else 0:>11,.0f}")
         if clamped:
             out.say(f"  (negative differences, i.e. noise, shown as 0: {', '.join(clamped)})")
+        for name, error in failures.items():
+            out.say(f"  step {name} failed: {error}")
         out.say(f"  rules: {len(single)} single-event, {len(windowed)} windowed, {len(own)} with their own plan")
-        return {"records": n, "input_cache_s": round(cache_s, 3), "cumulative_s": {k: round(v, 3) for k, v in cum.items()},
-                "rows": rows, "total_s": round(total, 3), "clamped": clamped,
+        return {"records": n, "input_cache_s": round(cache_s, 3), "cumulative_s": {k: (None if v != v else round(v, 3)) for k, v in cum.items()},
+                "rows": rows, "total_s": round(total, 3), "clamped": clamped, "failures": failures,
                 "rules": {"single_event": len(single), "windowed": len(windowed), "own_plan": len(own)}}
     finally:
         spark.stop()
@@ -975,7 +995,7 @@ def live(bench: Bench) -> dict[str, Any]:
     finally:
         sampler.close()
         bench.children.remember()
-        bench.children.stop("live-run")
+        stop_rc = bench.children.stop("live-run")
         alerts.stop()
     progress = _progress(lake)
     single_rules = _single_event_rules(progress)
@@ -994,6 +1014,7 @@ def live(bench: Bench) -> dict[str, Any]:
                 for k in ("ingest_lag", "windowed_lag", "ingest_state_rows", "windowed_state_rows", "driver_mib",
                           "jvm_mib", "workers_mib")},
         "targets": {"p50_s": TARGET_P50_S, "p99_s": TARGET_P99_S, "single_event_p50_s": TARGET_SINGLE_P50_S},
+        "pipeline_exit_code_on_sigterm": stop_rc,
         "log_problems": _log_problems(bench.children.log("live-run")),
         "load_average": bench.load.summary(t_mode),
     }
@@ -1093,6 +1114,7 @@ def _print_live(out: Out, r: dict[str, Any], samples: list[dict[str, Any]]) -> N
     out.say(f"  targets: p50 <= {TARGET_P50_S:g}s: {_mark(t['p50'])} ({_fmt(o['p50'])}); p99 <= {TARGET_P99_S:g}s: "
             f"{_mark(t['p99'])} ({_fmt(o['p99'])}); single-event p50 <= {TARGET_SINGLE_P50_S:g}s: "
             f"{_mark(t['single_event_p50'])} ({_fmt(se['p50'])})")
+    out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
     if r["alert_consumer_error"]:
         out.say(f"  alert consumer error: {r['alert_consumer_error']}")
     out.say(f"  {_load_text(r['load_average'])}")
@@ -1170,7 +1192,7 @@ def step_up(bench: Bench) -> dict[str, Any]:
     finally:
         sampler.close()
         bench.children.remember()
-        bench.children.stop("step-run")
+        stop_rc = bench.children.stop("step-run")
     bounded = [s for s in steps if s["bounded"]]
     best = max((s["rate"] for s in bounded), default=None)
     best_achieved = max((s["achieved_events_per_s"] for s in bounded), default=None)
@@ -1180,6 +1202,7 @@ def step_up(bench: Bench) -> dict[str, Any]:
         "target_events_per_s": TARGET_STEP_EPS,
         "target_met": best_achieved is not None and best_achieved >= TARGET_STEP_EPS * 0.95,
         "samples": [{k: v for k, v in s.items() if k != "at"} for s in sampler.samples],
+        "pipeline_exit_code_on_sigterm": stop_rc,
         "log_problems": _log_problems(bench.children.log("step-run")),
         "load_average": bench.load.summary(t_mode),
     }
@@ -1228,6 +1251,7 @@ def _print_step_up(out: Out, r: dict[str, Any]) -> None:
     out.say(f"  highest rate with bounded lag: {'none' if best is None else f'{best:,.0f} events/s'}"
             + (f" (achieved {r['highest_bounded_achieved_events_per_s']:,.0f})" if best is not None else ""))
     out.say(f"  target >= {TARGET_STEP_EPS:,} events/s: {_mark(r['target_met'])}")
+    out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
     out.say(f"  {_load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
