@@ -13,8 +13,8 @@ from core.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
 
 REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
 # url_path of each page (st.Page): deep links are /<path>?<query parameters>
-PAGE_ALERTS, PAGE_ALERT, PAGE_HUNT, PAGE_ENTITY, PAGE_COVERAGE, PAGE_PIPELINE = (
-    "alerts", "alert", "hunt", "entity", "coverage", "pipeline")
+PAGE_ALERTS, PAGE_ALERT, PAGE_HUNT, PAGE_ENTITY, PAGE_COVERAGE, PAGE_PIPELINE, PAGE_RULE_LAB = (
+    "alerts", "alert", "hunt", "entity", "coverage", "pipeline", "rules")
 PAGES: dict[str, st.Page] = {}  # filled by app.py
 
 

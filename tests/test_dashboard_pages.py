@@ -294,6 +294,33 @@ def test_coverage_and_pipeline_pages(served: str, driver) -> None:
 
 
 
+def test_rule_lab_compiles_the_pack_against_the_real_events_schema(pipeline_lake: Path, truth: dict) -> None:
+    from alerts.rule_loader import BUILTIN_RULES
+    from dashboard.rule_lab import check_rule_text, events_schema, try_on_lake
+
+    schema = events_schema(pipeline_lake)
+    reports = {}
+    for path in sorted(BUILTIN_RULES.glob("*.yml")):
+        for r in check_rule_text(path.read_text(encoding="utf-8"), schema):
+            assert not r.problems, (path.name, r.name, r.problems)
+            reports[r.name] = r
+    tried = try_on_lake(pipeline_lake, reports["ssh_failed_password"].predicate)
+    assert tried.matches >= truth["ssh_brute_force"]["event_count"] * 0.2  # the attack's failed passwords
+    assert tried.sample["original"].str.contains("Failed password").all()
+    assert try_on_lake(pipeline_lake, reports["ioc_match"].predicate).matches >= 1  # enriched fields too
+    assert try_on_lake(pipeline_lake, reports["dns_long_label_query"].predicate).matches is not None  # RLIKE
+
+
+@pytest.mark.browser
+def test_rule_lab_page_checks_a_rule_and_tries_it_on_the_lake(served: str, driver) -> None:
+    driver.get(f"{served}/rules?rule_id=ssh_brute_force")
+    _wait_for_text(driver, lambda t: "Check and try on the lake" in t and "ssh_failed_password" in t)
+    _click_button(driver, "Check and try on the lake")
+    text = _wait_for_text(driver, lambda t: "2 rule(s) in the file, 0 with problems" in t and "Matches" in t)
+    assert "ssh_brute_force (correlation, alerts)" in text
+    _cells(driver, lambda cs: any("Failed password" in c for c in cs))
+    _screenshot(driver, "rule-lab")
+
 @pytest.mark.browser
 def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_rows(
         served: str, driver, pipeline_lake: Path) -> None:
