@@ -11,8 +11,10 @@ doubles, and a type surprise in one field must not cost the whole record. Varian
 * a missing ``_path`` (logs written to per-type files): inferred from fields only that log has.
 
 Addresses are kept as written (``source.address``, ``dhcp.assigned_ip``, …); normalization validates
-them into ``source.ip`` etc. Mapped logs: conn, dns, dhcp, http, ssl, ssh, notice, weird, ntp, rdp. Any other ``_path`` (files, x509,
-smtp, …) is still an event: timestamp, ``zeek.session_id`` and the connection 4-tuple. A record is
+them into ``source.ip`` etc. Mapped logs: conn, dns, dhcp, http, ssl, ssh, notice, weird, ntp, rdp, and (in
+:mod:`.zeek_logs`) files, x509, smb_files, smb_mapping, kerberos, ntlm, dce_rpc, smtp, ftp, software,
+known_hosts, known_services, pe. Any other ``_path`` is still an event: timestamp, ``zeek.session_id`` and the
+connection 4-tuple. A record is
 quarantined when it is not one complete JSON object, has no ``_path`` that can be inferred, or has no
 readable ``ts``.
 """
@@ -24,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from ingest.parsers import values as V
+from ingest.parsers import zeek_logs
 from ingest.parsers.field_map import Fields, constant, merge_cases, non_empty
 
 PARSER = "zeek"
@@ -32,6 +35,9 @@ _ARRAY_FIELDS = {
     "tunnel_parents", "answers", "TTLs", "uids", "msg_types", "tags", "proxied", "orig_fuids", "orig_filenames",
     "orig_mime_types", "resp_fuids", "resp_filenames", "resp_mime_types", "cert_chain_fps",
     "client_cert_chain_fps", "actions", "client_channels",
+    # files, x509, smtp, pe
+    "tx_hosts", "rx_hosts", "conn_uids", "analyzers", "san.dns", "san.uri", "san.email", "san.ip", "rcptto", "to",
+    "cc", "fuids", "section_names",
 }
 _SCALAR_FIELDS = (
     "_path ts uid id.orig_h id.orig_p id.resp_h id.resp_p proto "
@@ -61,15 +67,48 @@ _SCALAR_FIELDS = (
     # rdp
     "cookie result security_protocol keyboard_layout client_build client_name client_dig_product_id "
     "desktop_width desktop_height requested_color_depth cert_type cert_count cert_permanent encryption_level "
-    "encryption_method"
+    "encryption_method "
+    # files
+    "source depth mime_type filename is_orig seen_bytes total_bytes missing_bytes overflow_bytes timedout "
+    "parent_fuid md5 sha1 sha256 extracted extracted_cutoff extracted_size "
+    # x509 (the certificate's file id is the string "id", read through the id column)
+    "certificate.version certificate.serial certificate.subject certificate.issuer certificate.not_valid_before "
+    "certificate.not_valid_after certificate.key_alg certificate.sig_alg certificate.key_type "
+    "certificate.key_length certificate.exponent certificate.curve basic_constraints.ca basic_constraints.path_len "
+    "fingerprint host_cert client_cert "
+    # smb_files, smb_mapping ("path" is an array in smtp: read as text, parsed there)
+    "action path size prev_name times.modified times.accessed times.created times.changed service "
+    "native_file_system share_type "
+    # kerberos, ntlm
+    "request_type success error_msg from till forwardable renewable client_cert_subject client_cert_fuid "
+    "server_cert_subject server_cert_fuid hostname domainname server_nb_computer_name server_dns_computer_name "
+    "server_tree_name status "
+    # dce_rpc
+    "named_pipe endpoint operation "
+    # smtp
+    "helo mailfrom date reply_to msg_id in_reply_to x_originating_ip first_received second_received last_reply "
+    "tls is_webmail "
+    # ftp
+    "user password command arg file_size reply_code reply_msg data_channel.passive data_channel.orig_h "
+    "data_channel.resp_h data_channel.resp_p "
+    # software, known_hosts, known_services ("service" of known_services is an array: read as text)
+    "host_p software_type version.major version.minor version.minor2 version.minor3 version.addl "
+    "unparsed_version url port_num port_proto "
+    # pe
+    "machine compile_ts os subsystem is_exe is_64bit uses_aslr uses_dep uses_code_integrity uses_seh "
+    "has_import_table has_export_table has_cert_table has_debug_data"
 ).split()
+_SCALAR_FIELDS = list(dict.fromkeys(_SCALAR_FIELDS))  # a name shared by two logs is read once
 _ID = StructType([StructField(n, StringType()) for n in ("orig_h", "orig_p", "resp_h", "resp_p")])
 JSON_SCHEMA = StructType(
     [StructField(n, StringType()) for n in _SCALAR_FIELDS]
     + [StructField(n, ArrayType(StringType())) for n in sorted(_ARRAY_FIELDS)]
-    + [StructField("id", _ID), StructField(CORRUPT, StringType())]
+    # "id" is the 4-tuple object in most logs but the file id string in x509/pe: read as text, parsed when an object.
+    + [StructField("id", StringType()), StructField(CORRUPT, StringType())]
 )
-MAPPED_PATHS = ("conn", "dns", "dhcp", "http", "ssl", "ssh", "notice", "weird", "ntp", "rdp")
+MAPPED_PATHS = ("conn", "dns", "dhcp", "http", "ssl", "ssh", "notice", "weird", "ntp", "rdp", "files", "x509",
+                "smb_files", "smb_mapping", "kerberos", "ntlm", "dce_rpc", "smtp", "ftp", "software", "known_hosts",
+                "known_services", "pe")
 
 
 def add_json(df: DataFrame, line: Column, is_zeek: Column) -> DataFrame:
@@ -144,10 +183,11 @@ def fields(is_zeek: Column) -> Fields:
     """ECS fields of Zeek rows (to be used where ``is_zeek``)."""
     j = F.col("_zeek")
     path = F.col("_zpath")
-    orig_h = F.coalesce(_s(j, "id.orig_h"), j["id"]["orig_h"])
-    resp_h = F.coalesce(_s(j, "id.resp_h"), j["id"]["resp_h"])
-    orig_p = V.to_int(F.coalesce(j["id.orig_p"], j["id"]["orig_p"]))
-    resp_p = V.to_int(F.coalesce(j["id.resp_p"], j["id"]["resp_p"]))
+    nested = F.when(F.ltrim(j["id"]).startswith("{"), F.from_json(j["id"], _ID))
+    orig_h = F.coalesce(_s(j, "id.orig_h"), nested["orig_h"])
+    resp_h = F.coalesce(_s(j, "id.resp_h"), nested["resp_h"])
+    orig_p = V.to_int(F.coalesce(j["id.orig_p"], nested["orig_p"]))
+    resp_p = V.to_int(F.coalesce(j["id.resp_p"], nested["resp_p"]))
     proto = F.lower(_s(j, "proto"))
     common: Fields = {
         "@timestamp": F.col("_zts"),
@@ -162,8 +202,10 @@ def fields(is_zeek: Column) -> Fields:
         "destination.address": resp_h,
         "destination.port": resp_p,
         "network.transport": proto,
-        "network.protocol": F.when(path.isin("dns", "http", "ssh", "ntp", "rdp", "dhcp"), path)
-                             .when(path == F.lit("ssl"), F.lit("tls")),
+        "network.protocol": F.when(path.isin("dns", "http", "ssh", "ntp", "rdp", "dhcp", "kerberos", "ntlm",
+                                             "dce_rpc", "smtp", "ftp"), path)
+                             .when(path == F.lit("ssl"), F.lit("tls"))
+                             .when(path.isin("smb_files", "smb_mapping"), F.lit("smb")),
     }
     per_path = {
         "conn": _conn(j),
@@ -176,6 +218,7 @@ def fields(is_zeek: Column) -> Fields:
         "weird": _weird(j),
         "ntp": _ntp(j),
         "rdp": _rdp(j),
+        **zeek_logs.per_path(j, _s, _timestamp),
     }
     cases = [(path == F.lit(name), f) for name, f in per_path.items()]  # _zpath is null on other rows
     return merge_cases([*cases, (is_zeek, common)])
