@@ -32,6 +32,8 @@ TABLE_GROUND_TRUTH = "ground_truth"
 TABLE_GROUND_TRUTH_NEGATIVES = "ground_truth_negatives"  # the generator's hard negatives (must not alert)
 TABLE_BACKTEST_ALERTS = "backtest_alerts"  # `nightjar backtest --write`; never the live alerts
 TABLE_PIPELINE_PROGRESS = "pipeline_progress"
+TABLE_ALERT_TRIAGE = "alert_triage"  # written by the dashboard only: analysts' triage actions (append-only)
+TABLE_SAVED_HUNTS = "saved_hunts"  # written by the dashboard only: shared saved hunts
 KNOWN_TABLES: tuple[str, ...] = (
     TABLE_BRONZE,
     TABLE_EVENTS,
@@ -59,7 +61,10 @@ VACUUM_RETENTION_HOURS = 168
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
 # Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the
 # previous one (small when keeping up, large when catching up after a backlog); this only bounds memory.
-DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 50_000
+# The driver JVM's heap (in local mode also the executors'). Spark's default of 1g ran out while planning the
+# ingest query's wide ECS expressions and spilled a large micro-batch's persisted rows to disk.
+DEFAULT_DRIVER_MEMORY = "3g"
 # How long an event whose DHCP lease is not known yet waits for it (processing time), see enrich/dhcp_sessions.py.
 DEFAULT_LEASE_HOLD_S = 60.0
 
@@ -114,6 +119,7 @@ class Settings:
     lake: Path = Path("lake")
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
     max_offsets_per_trigger: int | None = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     fail_on_data_loss: bool = True
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES

@@ -39,6 +39,7 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         SparkSession.builder.appName(app_name)
         .master(settings.spark_master)
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", settings.driver_memory)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.default.parallelism", str(max(2, settings.shuffle_partitions)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

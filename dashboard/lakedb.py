@@ -18,11 +18,8 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from core.config import TABLE_ALERT_TRIAGE, TABLE_SAVED_HUNTS  # noqa: F401 (re-exported: the dashboard's own tables)
 from core.lake import is_delta_table, table_dataset
-
-# Dashboard-owned tables (kept here rather than in core/config.py: nothing outside the dashboard writes them).
-TABLE_ALERT_TRIAGE = "alert_triage"
-TABLE_SAVED_HUNTS = "saved_hunts"
 
 
 def has_table(lake: Path, name: str) -> bool:
