@@ -47,10 +47,6 @@ class Limits:
     wait_s: float = 60.0            # an event waits at most this long for its lease to arrive
     history_s: float = 3600.0       # closed sessions and DNS answers kept this long, for late events
     dns_window_s: float = 600.0     # a DNS answer names connections to its address for this long
-    # DNS answers are kept this long after the newest message: the naming window plus the detection watermark
-    # (a connection logged later than that is past every rule's window anyway). Every key's answers are
-    # serialized with its state each micro-batch it appears in, so this bounds the operator's per-batch work.
-    dns_history_s: float = 1200.0
     unknown_lease_s: float = 3600.0  # a session with no logged lease length ends this long after its last ACK
     # A lease is declared expired only when log time is this far past its end: a RELEASE or renewal logged by
     # another source may still be on its way (attribution does not wait for this: it uses the lease end).
@@ -233,7 +229,8 @@ class LeaseBook:
         horizon = self.max_ts - limits.history_s
         self.sessions = [s for s in self.sessions if not s.closed or (s.end or s.start) >= horizon]
         self.releases = [r for r in self.releases if r[0] >= horizon]
-        oldest = self.max_ts - max(limits.dns_history_s, limits.dns_window_s)
+        # Answers are kept as long as sessions, so a connection logged late still finds its lookup.
+        oldest = horizon - limits.dns_window_s
         self.dns = {ip: kept for ip, answers in self.dns.items() if (kept := [a for a in answers if a[0] >= oldest])}
         return out
 

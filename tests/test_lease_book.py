@@ -144,7 +144,7 @@ def test_state_is_bounded_and_survives_serialization():
         book = LeaseBook.from_json(book.to_json())
     # Only sessions ending within history_s (1 h) of the newest message and the open one are kept.
     assert len(book.sessions) <= 3
-    assert book.answer_count() == 1  # answers of the last dns_history_s (20 min) only
+    assert book.answer_count() == 2  # answers of the last history_s + dns_window_s only
     assert book.holder(t("17:10"), LIMITS).hostname == "h17"
     closed = book.close_all(LIMITS)
     assert closed and all(s["state"] == STATE_CLOSED for s in closed)
