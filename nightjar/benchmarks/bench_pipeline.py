@@ -621,8 +621,8 @@ def drained(bench: Bench) -> dict[str, Any]:
             "events_per_s_since_first_batch": None if eps_first is None else round(eps_first, 1),
             "ingest_s": None if ingest_s is None else round(ingest_s, 2),
             "ingest_events_per_s": round(produced / ingest_s, 1) if ingest_s else None,
-            "ratio_to_raw_end_to_end": round(eps_e2e / raw["events_per_s"], 4),
-            "ratio_to_raw_since_first_batch": round(eps_first / raw["events_per_s"], 4) if eps_first else None,
+            "ratio_to_raw_end_to_end": round(eps_e2e / raw["events_per_s"], 6),
+            "ratio_to_raw_since_first_batch": round(eps_first / raw["events_per_s"], 6) if eps_first else None,
             "ingest_batches": len(ingest), "windowed_batches": len(windowed),
             "ingest_batch_ms": [p["batch_duration_ms"] for p in ingest],
             "windowed_batch_ms": [p["batch_duration_ms"] for p in windowed],
@@ -665,11 +665,11 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
                 f"did until then)")
     out.say(f"  raw consume (one confluent-kafka consumer) {r['raw_consume']['events_per_s']:>10,.0f} events/s")
     out.say(f"  pipeline end to end (incl. Spark start)    {p['events_per_s_end_to_end']:>10,.0f} events/s  "
-            f"({p['wall_s']:.1f}s; ratio to raw {p['ratio_to_raw_end_to_end']:.3f})")
+            f"({p['wall_s']:.1f}s; ratio to raw {p['ratio_to_raw_end_to_end']:.3g})")
     if p["events_per_s_since_first_batch"]:
         out.say(f"  pipeline from its first micro-batch        {p['events_per_s_since_first_batch']:>10,.0f} events/s  "
                 f"({p['since_first_batch_s']:.1f}s after {p['startup_s']:.1f}s start-up; ratio to raw "
-                f"{p['ratio_to_raw_since_first_batch']:.3f})")
+                f"{p['ratio_to_raw_since_first_batch']:.3g})")
     if p["ingest_events_per_s"]:
         out.say(f"  ingest query alone                         {p['ingest_events_per_s']:>10,.0f} events/s  "
                 f"({p['ingest_s']:.1f}s)")
