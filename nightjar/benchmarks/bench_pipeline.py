@@ -642,7 +642,13 @@ def drained(bench: Bench) -> dict[str, Any]:
     if not bench.args.no_stages:
         Out.status("drained: per-stage costs in batch (cumulative plans over the cached bronze records)")
         t_st = time.time()
-        result["stages"] = stage_costs(settings, lake, out)
+        try:
+            result["stages"] = stage_costs(settings, lake, out)
+        except Exception as exc:  # keep the pipeline's figures: a failing stage table is reported, not fatal
+            from core.errors import summarize_query_error
+
+            result["stages"] = {"error": summarize_query_error(str(exc))[:500]}
+            out.say(f"  per-stage cost table FAILED: {result['stages']['error']}")
         result["load_average_stages"] = bench.load.summary(t_st)
         out.say(f"  {_load_text(result['load_average_stages'])}")
     result["load_average"] = bench.load.summary(t_mode)
