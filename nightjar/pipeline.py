@@ -417,7 +417,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trigger", default="1s", metavar="INTERVAL",
                         help="micro-batch interval when running continuously (default 1s)")
     parser.add_argument("--max-offsets-per-trigger", type=int, metavar="N",
-                        help="cap on records per micro-batch over all partitions (default 200000: live batches "
+                        help="cap on records per micro-batch over all partitions (default 50000: live batches "
                              "take what arrived since the last one, a backlog is caught up in large batches)")
     parser.add_argument("--max-record-bytes", type=int, metavar="N",
                         help="records larger than this go to quarantine unparsed (default 65536)")
