@@ -341,8 +341,11 @@ class Supervisor:
 
     def stop(self) -> None:
         for m in self.managed.values():
-            if m.query is not None and m.query.isActive:
-                m.query.stop()
+            try:
+                if m.query is not None and m.query.isActive:
+                    m.query.stop()
+            except Exception as exc:  # the JVM already stopped (its own SIGTERM hook): nothing left to stop
+                log.info("query %s: already stopped with the JVM (%s)", m.name, summarize_query_error(str(exc)))
 
     # -- health alerts ---------------------------------------------------------------------------------------------
     def _health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
@@ -454,7 +457,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s: stopping after the current micro-batch", signal.Signals(signum).name)
+        # A running micro-batch is interrupted; its offsets are not committed, so the next run replays it exactly.
+        log.info("received %s: stopping the queries", signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
