@@ -36,7 +36,7 @@ def summarize_query_error(text: str) -> str:
         m = _PY_EXCEPTION_LINE.match(line)
         if m and not line.startswith(("org.apache", "java.", "py4j")):
             name, message = m.groups()
-            return message if name in ("KafkaDataLoss", "BatchFailed") else f"{name}: {message}"
+            return message if name in ("KafkaDataLoss", "MicroBatchError") else f"{name}: {message}"
     return lines[0] if lines else text
 
 
@@ -45,7 +45,7 @@ INTERRUPTION_NAMES = ("java.lang.InterruptedException", "java.io.InterruptedIOEx
                       "java.nio.channels.ClosedByInterruptException")
 
 
-class BatchFailed(RuntimeError):
+class MicroBatchError(RuntimeError):
     """A micro-batch function's failure, reported to Spark in one short line (see :func:`short_batch_errors`)."""
 
 
@@ -68,8 +68,8 @@ def short_batch_errors(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], An
             text = str(exc)
             interrupted = next((name for name in INTERRUPTION_NAMES if name in text), None)
             if interrupted is not None:  # the shape Spark recognizes as "stopped while running"
-                raise BatchFailed("py4j.protocol.Py4JJavaError: An error occurred while calling foreachBatch: "
+                raise MicroBatchError("py4j.protocol.Py4JJavaError: An error occurred while calling foreachBatch: "
                                   f"{interrupted}") from None
-            raise BatchFailed(summarize_query_error(text)[:2000]) from None
+            raise MicroBatchError(summarize_query_error(text)[:2000]) from None
 
     return run
