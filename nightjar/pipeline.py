@@ -323,8 +323,11 @@ class Supervisor:
 
     @staticmethod
     def _drained(query: StreamingQuery) -> bool:
-        progress = query.lastProgress
-        return bool(progress) and int(progress.get("numInputRows", 0)) == 0
+        """A micro-batch without input has run, and it was not this run's first: a restarted drain's first batch can
+        be the replay of the empty batch the previous drain stopped after, which asks Kafka nothing (no data-loss
+        check, no new offsets); the next one does."""
+        history = query.recentProgress
+        return len(history) >= 2 and int(history[-1].get("numInputRows", 0)) == 0
 
     def _failed(self, m: Managed, error: str) -> None:
         if error.startswith("data loss in Kafka"):

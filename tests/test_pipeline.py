@@ -114,7 +114,7 @@ def test_data_loss_fails_by_default_naming_the_partition_and_the_option_and_leni
         produce(broker.bootstrap, TOPIC_RAW_SYSLOG, 40, prefix="after")
 
         result = nightjar("run", "--available-now", "--bootstrap", broker.bootstrap, "--lake", str(settings.lake))
-        assert result.returncode != 0
+        assert result.returncode != 0, result.stderr[-4000:]
         error_lines = [ln for ln in result.stderr.splitlines() if ln.startswith("nightjar run: error:")]
         assert len(error_lines) == 1, result.stderr[-3000:]
         assert "data loss" in error_lines[0] and f"{TOPIC_RAW_SYSLOG} partition" in error_lines[0]
