@@ -33,3 +33,12 @@ def get(row: dict, path: str):
             return None
         node = node[part]
     return node
+
+
+def parse_samples(spark, samples: dict[str, str]) -> dict[str, dict]:
+    """Named sample lines -> their parsed rows, by name (one Spark job for the whole module)."""
+    return dict(zip(samples, parse_lines(spark, list(samples.values())), strict=True))
+
+
+def fields(row: dict, *paths: str) -> dict:
+    return {p: get(row, p) for p in paths}

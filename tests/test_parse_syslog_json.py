@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.parse_helpers import get, parse_lines, utc
+from tests.parse_helpers import fields, get, parse_samples, utc
 
 SAMPLES = {
     "cee_lumberjack": '<13>1 2024-03-09T10:00:00Z web01 myapp 77 - - @cee: {"msg": "login ok", "pname": "authsvc", '
@@ -29,11 +29,7 @@ NAMES = list(SAMPLES)
 
 @pytest.fixture(scope="module")
 def rows(spark) -> dict[str, dict]:
-    return dict(zip(NAMES, parse_lines(spark, list(SAMPLES.values())), strict=True))
-
-
-def fields(row: dict, *paths: str) -> dict:
-    return {p: get(row, p) for p in paths}
+    return parse_samples(spark, SAMPLES)
 
 
 def test_all_are_events(rows):

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.conftest import CORPUS
-from tests.parse_helpers import get, parse_lines, utc
+from tests.parse_helpers import fields, get, parse_lines, parse_samples, utc
 
 CAPTURE = CORPUS / "zeek-wrccdc-2018" / "syslog-rfc5424-cee.log"
 
@@ -126,11 +126,7 @@ NAMES = list(SAMPLES)
 
 @pytest.fixture(scope="module")
 def rows(spark) -> dict[str, dict]:
-    return dict(zip(NAMES, parse_lines(spark, list(SAMPLES.values())), strict=True))
-
-
-def fields(row: dict, *paths: str) -> dict:
-    return {p: get(row, p) for p in paths}
+    return parse_samples(spark, SAMPLES)
 
 
 def test_every_sample_is_a_windows_event_with_its_code(rows):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.parse_helpers import get, parse_lines, utc
+from tests.parse_helpers import fields, get, parse_samples, utc
 
 CONN = {"uid": "CZ1", "id.orig_h": "10.0.0.5", "id.orig_p": 49200, "id.resp_h": "10.0.0.10", "id.resp_p": 445}
 
@@ -69,11 +69,7 @@ NAMES = list(SAMPLES)
 
 @pytest.fixture(scope="module")
 def rows(spark) -> dict[str, dict]:
-    return dict(zip(NAMES, parse_lines(spark, list(SAMPLES.values())), strict=True))
-
-
-def fields(row: dict, *paths: str) -> dict:
-    return {p: get(row, p) for p in paths}
+    return parse_samples(spark, SAMPLES)
 
 
 def test_every_log_is_an_event_of_its_dataset(rows):
