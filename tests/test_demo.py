@@ -81,21 +81,27 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
                 with urllib.request.urlopen(m.group(1) + "/_stcore/health", timeout=10) as resp:
                     state["url_checked"] = resp.status == 200
 
+    # Each pipe has exactly one reader: communicate() alongside the stdout thread would race it for the last
+    # lines ("demo stopped"), and an unread stderr pipe could fill and block the demo.
+    err_chunks: list[str] = []
     reader = threading.Thread(target=read_stdout, daemon=True)
+    err_reader = threading.Thread(target=lambda: err_chunks.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
     reader.start()
+    err_reader.start()
     deadline = time.monotonic() + 400
     try:
         while not (_rows(lake, "bronze") > 0 and _rows(lake, "events") > 0):
-            assert proc.poll() is None, f"the demo exited early: {proc.communicate()[1][-3000:]}"
+            assert proc.poll() is None, f"the demo exited early: {''.join(err_chunks)[-3000:]}"
             assert time.monotonic() < deadline, f"no events after 400 s: {''.join(lines)[-2000:]}"
             seen_children |= _descendants(proc.pid)
             time.sleep(1)
         seen_children |= _descendants(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=180)
+    proc.wait(timeout=180)
     reader.join(10)
-    out = "".join(lines)
+    err_reader.join(10)
+    out, err = "".join(lines), "".join(err_chunks)
     assert proc.returncode == 0, err[-3000:]
     assert state["url_checked"], out
     assert f"127.0.0.1:{broker_port}" in out and "nightjar.raw.syslog" in out and "nightjar.alerts" in out
