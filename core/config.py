@@ -75,6 +75,9 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024
 ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
 ENV_LAKE = "NIGHTJAR_LAKE"
 ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
+# Rule files/directories (os.pathsep-separated): where the dashboard's rule lab saves rules; `nightjar run --rules`
+# names the directories the pipeline re-reads.
+ENV_RULES = "NIGHTJAR_RULES"
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
@@ -167,6 +170,8 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["lake"] = Path(env[ENV_LAKE])
     if env.get(ENV_SPARK_MASTER):
         values["spark_master"] = env[ENV_SPARK_MASTER]
+    if env.get(ENV_RULES):
+        values["rules"] = tuple(Path(p) for p in env[ENV_RULES].split(os.pathsep) if p)
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:

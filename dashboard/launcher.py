@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from core.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, Settings
+from core.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, ENV_RULES, Settings
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port to listen on (default {DEFAULT_DASHBOARD_PORT})")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 to serve the network)")
+    parser.add_argument("--rules", action="append", type=Path, metavar="DIR",
+                        help="rules directory the rule lab saves into and the pages describe (env NIGHTJAR_RULES; "
+                             "default: the built-in rule pack); run the pipeline with the same --rules")
 
 
 def streamlit_argv(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -52,6 +55,8 @@ def start_dashboard(settings: Settings, port: int, host: str = "127.0.0.1",
     """Start Streamlit in its own session (process group) and return at once; see :func:`wait_until_ready`."""
     env = dict(os.environ)
     env[ENV_LAKE] = str(settings.lake.resolve())
+    if settings.rules:  # the rule lab saves into the first; every page describes these rules
+        env[ENV_RULES] = os.pathsep.join(str(p.resolve()) for p in settings.rules)
     # The app imports `dashboard` and `nightjar` from the repository root, wherever the caller's cwd is.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - handed to the child
@@ -103,6 +108,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if port_is_open(args.host if args.host != "0.0.0.0" else "127.0.0.1", args.port):
         raise UserError(f"port {args.port} is already in use; pass --port P")
+    if args.rules:
+        for p in args.rules:
+            if not p.is_dir():
+                raise UserError(f"--rules {p} is not a directory", exit_code=2)
+        settings = settings.with_(rules=tuple(args.rules))
     if not settings.lake.exists():
         log.warning("lake %s does not exist yet: the page will say so until the pipeline writes it", settings.lake)
     proc = start_dashboard(settings, args.port, args.host)

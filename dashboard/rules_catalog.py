@@ -43,9 +43,11 @@ class RuleInfo:
 
 
 def rule_paths(paths: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
+    """``paths``, else the configured rules (``NIGHTJAR_RULES``), else the built-in pack (what the pipeline runs)."""
     from alerts.rule_loader import BUILTIN_RULES
+    from core.config import settings_from_env
 
-    return list(paths) or [BUILTIN_RULES]
+    return list(paths) or list(settings_from_env().rules) or [BUILTIN_RULES]
 
 
 def _tactics(tags) -> tuple[str, ...]:
@@ -59,7 +61,7 @@ def _tactics(tags) -> tuple[str, ...]:
 
 
 def load_catalog(paths: tuple[Path, ...] | list[Path] = ()) -> list[RuleInfo]:
-    """Every alerting rule under ``paths`` (default: the built-in rule pack), disabled ones included
+    """Every alerting rule under ``paths`` (default: :func:`rule_paths`), disabled ones included
     (``enabled=False``); a file that cannot be read is logged and skipped."""
     from alerts.rule_loader import attack_tags, rule_files
 

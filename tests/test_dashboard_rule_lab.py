@@ -57,3 +57,87 @@ def test_spark_sql_predicates_in_duckdb_spelling() -> None:
     assert to_duckdb(spark) == (
         "coalesce((lower(\"event\".\"dataset\") = lower('zeek.dns') AND "
         "regexp_matches(\"dns\".\"question\".\"name\", '^[a-z0-9]{32,}\\.')), false)")
+
+
+# --- saving into the rules directory (dashboard/rule_deploy.py) ------------------------------------------------------
+
+LAB_RULE = """title: Failed password from one address
+name: lab_failed_password
+logsource: {product: linux, service: sshd}
+detection:
+  selection: {event.dataset: system.auth, event.outcome: failure, source.ip: 203.0.113.9}
+  condition: selection
+level: medium
+nightjar: {entity: {type: ip, field: source.ip}}
+"""
+
+
+def test_a_correlation_backtests_with_the_base_rules_it_references_from_other_files() -> None:
+    from dashboard.rule_deploy import referenced_documents, rule_ids
+
+    corr = """title: Many failures
+name: lab_many_failures
+correlation: {type: event_count, rules: [ssh_failed_password], group-by: [source.ip], timespan: 5m,
+              condition: {gte: 5}}
+level: high
+"""
+    assert rule_ids(corr) == ["lab_many_failures"]
+    refs = referenced_documents(corr, [BUILTIN_RULES])
+    assert [d["name"] for d in refs] == ["ssh_failed_password"]  # the base rule only, not its file's correlation
+    own = (BUILTIN_RULES / "ssh_brute_force.yml").read_text()
+    assert referenced_documents(own, [BUILTIN_RULES]) == []  # defined in the file itself
+
+
+def test_save_refuses_bad_names_and_existing_files_without_writing(tmp_path: Path) -> None:
+    from dashboard.rule_deploy import save_rule
+
+    for bad in ("../escape.yml", "sub/dir.yml", "rule.txt", ".hidden.yml", ""):
+        res = save_rule(LAB_RULE, tmp_path, bad)
+        assert res.path is None and "not a rule file name" in res.problem, bad
+    existing = tmp_path / "ssh_brute_force.yml"
+    existing.write_text("keep me")
+    res = save_rule(LAB_RULE, tmp_path, "ssh_brute_force.yml")
+    assert res.exists and res.path is None and "confirm the overwrite" in res.problem
+    assert existing.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ssh_brute_force.yml"]
+
+
+def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    from dashboard.rule_deploy import write_atomically
+
+    target = tmp_path / "r.yml"
+    target.write_text("old")
+    write_atomically(target, LAB_RULE)
+    assert target.read_text() == LAB_RULE
+    assert [p.name for p in tmp_path.iterdir()] == ["r.yml"]
+
+
+@pytest.mark.slow
+def test_save_validates_with_the_rule_loader_then_the_pipeline_loads_the_file(tmp_path: Path, spark) -> None:
+    """A valid rule is written and the pipeline's RuleSet loads it; an invalid one (and a duplicate of a rule id
+    already in the directory) is refused with the loader's message and no file appears."""
+    import shutil
+
+    from alerts.detection_stream import RuleSet
+    from dashboard.rule_deploy import save_rule
+
+    rules = tmp_path / "rules"
+    shutil.copytree(BUILTIN_RULES, rules, ignore=shutil.ignore_patterns("__pycache__"))
+    before = sorted(p.name for p in rules.iterdir())
+    broken = LAB_RULE.replace("condition: selection", "condition: selection and nothing_here")
+    res = save_rule(broken, rules, "lab_broken.yml")
+    assert res.path is None and res.problem.startswith("lab_broken.yml: rule 'lab_failed_password':"), res.problem
+    assert "\n" not in res.problem and "nightjar-rule-save" not in res.problem  # one line, the file's own name
+    dup = (BUILTIN_RULES / "sudo_non_admin.yml").read_text()
+    res = save_rule(dup, rules, "sudo_copy.yml")
+    assert res.path is None and res.problem == ("sudo_copy.yml: rule 'sudo_non_admin' is already defined in "
+                                                "sudo_non_admin.yml: rename it (name and id) or edit that file")
+    assert sorted(p.name for p in rules.iterdir()) == before  # nothing written
+
+    ruleset = RuleSet(spark, [rules])
+    ruleset.reload()
+    res = save_rule(LAB_RULE, rules, "lab_failed_password.yml")
+    assert res.path == rules / "lab_failed_password.yml" and not res.problem
+    assert ruleset.reload()  # the running pipeline's check sees the new file
+    single, _, _ = ruleset.current()
+    assert "lab_failed_password" in {r.rule_id for r in single} and not ruleset.errors
