@@ -19,12 +19,14 @@ from generator.organization import (
     DHCP_SERVER_NAME,
     DNS_SERVER_IP,
     INTERNAL_NETWORKS,
+    WINDOWS_DOMAIN,
     Host,
     Organization,
     User,
     external_ip,
+    user_sid,
 )
-from generator.timeline import DAY, Emitter, diurnal, poisson
+from generator.timeline import DAY, SYSLOG, Emitter, diurnal, poisson
 
 LEASE_TIME = 1200.0  # seconds; clients renew at half the lease (RFC 2131 T1)
 COMMANDS = ("/usr/bin/systemctl restart nginx", "/usr/bin/apt-get update", "/usr/bin/journalctl -u sshd -n 50",
@@ -38,6 +40,10 @@ USER_AGENTS = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KH
 INTERNAL_SERVICES = ((445, "tcp", None), (389, "tcp", None), (88, "tcp", "krb_tcp"), (8080, "tcp", "http"),
                      (5432, "tcp", None), (443, "tcp", "ssl"))
 INTERNAL_DOMAIN = "corp.nightjar.example"
+# What sshd and its clients announce (Zeek's ssh.log client/server fields).
+SSH_CLIENTS = ("SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13.5", "SSH-2.0-OpenSSH_9.7", "SSH-2.0-PuTTY_Release_0.81",
+               "SSH-2.0-OpenSSH_for_Windows_9.5")
+SSH_SERVER = "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3"
 
 
 def network_cidr(site_zone: str) -> str:
@@ -239,6 +245,11 @@ class Network:
         self._timer(ts, DHCP_SERVER_NAME, f"expire:{network}:{ip}")
 
 
+def hash_index(text: str, n: int) -> int:
+    """A stable index in ``range(n)`` from ``text`` (no rng draw, so adding it changes no other event)."""
+    return hashlib.sha256(text.encode()).digest()[0] % n
+
+
 def ssh_fingerprint(seed: int, user: str) -> str:
     digest = hashlib.sha256(f"{seed}/{user}".encode()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
@@ -256,6 +267,8 @@ class Background:
     VISITOR_RATE = 20 / 3600  # guest Wi-Fi devices joining per second at full load
     INTERNET_NOISE_RATE = 8 / 3600  # drive-by SSH probes of the bastion from the internet (any time of day)
     TYPO_RATE = 0.0004  # mistyped names (NXDOMAIN, no connection) per online client
+    WIN_LOGON_RATE = 0.0002  # interactive sign-ins (after a lock, a restart) per online Windows workstation
+    WIN_SHARE_RATE = 0.001  # network logons to a Windows file server per online Windows workstation
 
     def __init__(self, org: Organization, net: Network, rng: random.Random, em: Emitter, seed: int) -> None:
         self.org, self.net, self.rng, self.em, self.seed = org, net, rng, em, seed
@@ -269,6 +282,7 @@ class Background:
         self.bastion = org.special("bastion")
         self.backup = org.special("backup")
         self.file_servers = [h for h in self.servers if h.role == "file"] or self.internal_servers[:1]
+        self.windows_shares = [h for h in self.servers if h.windows and h.zone == "servers"]
 
     # -- building blocks (also used by scenarios) ------------------------------------------------------
     def port(self) -> int:
@@ -321,7 +335,9 @@ class Background:
         method = method or ("password" if mistypes or rng.random() < 0.3 else "publickey")
         duration = rng.uniform(60, 1800) if duration is None else duration
         sip = self.net.online(server) or server.static_ip
-        em.zeek(t, src_ip, fmt.conn(t, fmt.zeek_uid(rng), src_ip, sport, sip, 22, "tcp", service="ssh",
+        uid = fmt.zeek_uid(rng)
+        start = t
+        em.zeek(t, src_ip, fmt.conn(t, uid, src_ip, sport, sip, 22, "tcp", service="ssh",
                                     duration=duration, orig_bytes=rng.randint(3000, 90000),
                                     resp_bytes=rng.randint(5000, 400000), local_orig=not external, local_resp=True),
                 "conn")
@@ -340,6 +356,11 @@ class Background:
         em.syslog(t + 0.01, server, "sshd", pid,
                   f"pam_unix(sshd:session): session opened for user {user.name}(uid={user.uid}) by (uid=0)",
                   fmt.PRI_AUTHPRIV_INFO)
+        # Zeek's view of the same connection (same uid and 4-tuple as the conn record): its ssh.log entry is
+        # stamped with the connection's start, like conn's, and says the login succeeded.
+        em.zeek(start, src_ip, fmt.ssh(start, uid, src_ip, sport, sip, 22, auth_success=True,
+                                       auth_attempts=mistypes + 1, client=SSH_CLIENTS[hash_index(user.name, 4)],
+                                       server=SSH_SERVER), "ssh")
         end = t + duration
         for _ in range(sudo):
             ts = rng.uniform(t + 5, end - 1)
@@ -365,6 +386,57 @@ class Background:
                   fmt.PRI_AUTHPRIV_INFO)
         em.syslog(t + rng.uniform(0.05, 20), host, "sudo", pid, "pam_unix(sudo:session): session closed for user root",
                   fmt.PRI_AUTHPRIV_INFO)
+
+    # -- Windows (Security log through the EvntSLog agent) -------------------------------------------------
+    def evntslog(self, t: float, host: Host, line: str) -> None:
+        self.em.push(t, SYSLOG, host.name, line, fmt.EVNTSLOG)
+
+    def logon_id(self) -> str:
+        return f"0x{self.rng.randrange(0x100000, 0x7fffffff):x}"
+
+    def logon_guid(self) -> str:
+        h = f"{self.rng.getrandbits(128):032X}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    def windows_interactive(self, t: float, ws: Host, user: User, *, mistypes: int = 0) -> None:
+        """A user signing in at their Windows workstation (logon type 2), after ``mistypes`` wrong passwords."""
+        rng = self.rng
+        w = fmt.WinLogon(user.name, WINDOWS_DOMAIN, user_sid(user), 2, "127.0.0.1", 0, ws.name.upper(),
+                         self.logon_id(), computer_account=f"{ws.name.upper()}$")
+        for _ in range(mistypes):
+            self.evntslog(t, ws, fmt.windows_failed_logon(t, ws.name, w))
+            t += rng.uniform(3.0, 10.0)
+        self.evntslog(t, ws, fmt.windows_logon(t, ws.name, w, self.logon_guid()))
+
+    def windows_share(self, t: float, ws: Host, ip: str, user: User, server: Host) -> None:
+        """A workstation opening a share on a Windows file server: the SMB connection (Zeek conn to 445) and the
+        server's network logon (type 3, NTLM, the client's address and port), logged off when the session ends."""
+        rng = self.rng
+        sport = self.port()
+        duration = rng.uniform(0.5, 90.0)
+        self.em.zeek(t, ip, fmt.conn(t, fmt.zeek_uid(rng), ip, sport, server.static_ip, 445, "tcp", service="smb",
+                                     duration=duration, orig_bytes=rng.randint(1500, 40000),
+                                     resp_bytes=rng.randint(2000, 2_000_000), local_resp=True), "conn")
+        w = fmt.WinLogon(user.name, WINDOWS_DOMAIN, user_sid(user), 3, ip, sport, ws.name.upper(), self.logon_id())
+        t1 = t + rng.uniform(0.01, 0.2)
+        self.evntslog(t1, server, fmt.windows_logon(t1, server.name, w, "00000000-0000-0000-0000-000000000000"))
+        self.evntslog(t + duration, server, fmt.windows_logoff(t + duration, server.name, w))
+
+    def _windows(self, t0: float, t1: float, clients: list[tuple[Host, str]], load: float) -> None:
+        rng = self.rng
+        users = self.org.user_by_name
+        width = t1 - t0
+        win = [(h, ip) for h, ip in clients if h.windows and h.owner in users]
+        if not win:
+            return
+        for _ in range(poisson(rng, self.WIN_LOGON_RATE * len(win) * load * width)):
+            h, _ip = rng.choice(win)
+            self.windows_interactive(rng.uniform(t0, t1), h, users[h.owner],
+                                     mistypes=1 if rng.random() < self.MISTYPE_P else 0)
+        if self.windows_shares:
+            for _ in range(poisson(rng, self.WIN_SHARE_RATE * len(win) * load * width)):
+                h, ip = rng.choice(win)
+                self.windows_share(rng.uniform(t0, t1), h, ip, users[h.owner], rng.choice(self.windows_shares))
 
     def online_clients(self) -> list[tuple[Host, str]]:
         return [(h, ip) for h in self.org.clients if (ip := self.net.ip_of.get(h.name))]
@@ -424,6 +496,7 @@ class Background:
             self.lookup(rng.uniform(t0, t1), ip, name[:cut] + name[cut + 1:], None, rcode="NXDOMAIN")
         for _ in range(poisson(rng, self.VISITOR_RATE * load * width)):
             self.net.visitor(rng.uniform(t0, t1))
+        self._windows(t0, t1, clients, load)
         self._backup(t0, t1)
 
     def internet_noise(self, t: float) -> None:

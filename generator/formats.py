@@ -10,6 +10,7 @@ import base64
 import datetime as dt
 import json
 import random
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 
 # Facility*8 + severity: auth(4)/authpriv(10), daemon(3); info(6).
@@ -162,3 +163,122 @@ def dhcp(ts: float, uids: list[str], client_addr: str | None, server_addr: str, 
     r["msg_types"] = msg_types
     r["duration"] = round(duration, 6)
     return zeek(r)
+
+
+def ssh(ts: float, uid: str, orig_h: str, orig_p: int, resp_h: str, resp_p: int, *, auth_success: bool | None,
+        auth_attempts: int, client: str, server: str, direction: str = "INBOUND") -> str:
+    """Zeek's ssh.log record of one SSH connection (the same uid and 4-tuple as its conn record)."""
+    head = (f'{{"_path":"ssh","ts":{ts:.6f},"uid":"{uid}","id.orig_h":"{orig_h}","id.orig_p":{orig_p},'
+            f'"id.resp_h":"{resp_h}","id.resp_p":{resp_p},"version":2')
+    if auth_success is not None:
+        head += f',"auth_success":{_TF[auth_success]}'
+    return (f'{head},"auth_attempts":{auth_attempts},"direction":"{direction}","client":{_q(client)},'
+            f'"server":{_q(server)},"cipher_alg":"chacha20-poly1305@openssh.com","mac_alg":"umac-64-etm@openssh.com",'
+            f'"compression_alg":"none","kex_alg":"sntrup761x25519-sha512@openssh.com","host_key_alg":"ssh-ed25519",'
+            f'"host_key":"c3:5f:0e:6a:91:22:4b:7d:ee:08:13:af:52:c6:90:1b"}}')
+
+
+# -- Windows Security log through the EvntSLog agent ------------------------------------------------------------
+# EvntSLog forwards each event as RFC 5424 ``<PRI>1 TIMESTAMP HOST EvntSLog - - - TEXT``: the rendered message
+# with its line breaks and tabs collapsed to single spaces, no event id (the title tells it), Windows' explanation
+# paragraph kept (as in ../shared/corpus/zeek-wrccdc-2018/syslog-rfc5424-cee.log).
+PRI_EVNTSLOG = 133  # local0.notice, what the agent uses for Security-log events
+EVNTSLOG = "EvntSLog"
+_EXPLAIN_4624 = (
+    "This event is generated when a logon session is created. It is generated on the computer that was accessed. "
+    "The subject fields indicate the account on the local system which requested the logon. This is most commonly a "
+    "service such as the Server service, or a local process such as Winlogon.exe or Services.exe. The logon type "
+    "field indicates the kind of logon that occurred. The most common types are 2 (interactive) and 3 (network). The "
+    "New Logon fields indicate the account for whom the new logon was created, i.e. the account that was logged on. "
+    "The network fields indicate where a remote logon request originated. Workstation name is not always available "
+    "and may be left blank in some cases. The authentication information fields provide detailed information about "
+    "this specific logon request. - Logon GUID is a unique identifier that can be used to correlate this event with "
+    "a KDC event. - Transited services indicate which intermediate services have participated in this logon request. "
+    "- Package name indicates which sub-protocol was used among the NTLM protocols. - Key length indicates the length "
+    "of the generated session key. This will be 0 if no session key was requested.")
+_EXPLAIN_4625 = (
+    "This event is generated when a logon request fails. It is generated on the computer where access was attempted. "
+    "The Subject fields indicate the account on the local system which requested the logon. This is most commonly a "
+    "service such as the Server service, or a local process such as Winlogon.exe or Services.exe. The Logon Type "
+    "field indicates the kind of logon that was requested. The most common types are 2 (interactive) and 3 "
+    "(network). The Process Information fields indicate which account and process on the system requested the "
+    "logon. The Network Information fields indicate where a remote logon request originated. Workstation name is "
+    "not always available and may be left blank in some cases. The authentication information fields provide "
+    "detailed information about this specific logon request. - Transited services indicate which intermediate "
+    "services have participated in this logon request. - Package name indicates which sub-protocol was used among "
+    "the NTLM protocols. - Key length indicates the length of the generated session key. This will be 0 if no "
+    "session key was requested.")
+_EXPLAIN_4634 = ("This event is generated when a logon session is destroyed. It may be positively correlated with a "
+                 "logon event using the Logon ID value. Logon IDs are only unique between reboots on the same "
+                 "computer.")
+# Sub Status of a 4625: the account exists (bad password) or not (unknown user name).
+SUB_STATUS_BAD_PASSWORD = "0xc000006a"
+SUB_STATUS_NO_SUCH_USER = "0xc0000064"
+
+
+def evntslog(ts: float, host: str, text: str, pri: int = PRI_EVNTSLOG) -> str:
+    """One Windows event as EvntSLog forwards it (RFC 5424, UTC offset written as ``+00:00`` like the agent)."""
+    return f"<{pri}>1 {_cache.at(int(ts)).iso}+00:00 {host} {EVNTSLOG} - - - {text}"
+
+
+@dataclass(frozen=True)
+class WinLogon:
+    """What a 4624/4625 says: who logged on (or tried), how, and from where."""
+
+    user: str
+    domain: str
+    user_sid: str
+    logon_type: int  # 2 interactive, 3 network, 10 remote interactive
+    source_ip: str  # "-" for none; 127.0.0.1 for a local interactive logon
+    source_port: int  # 0 for none
+    workstation: str  # the client's NetBIOS name ("-" or "" when unknown)
+    logon_id: str = "0x0"
+    computer_account: str = "-"  # the Subject of a local logon: the machine account (HOST$), else "-"
+
+
+def _subject(w: WinLogon, domain: str) -> str:
+    if w.logon_type in (2, 10):  # winlogon on the machine itself asks for the logon
+        return f"Subject: Security ID: S-1-5-18 Account Name: {w.computer_account} Account Domain: {domain} Logon ID: 0x3e7"
+    return "Subject: Security ID: S-1-0-0 Account Name: - Account Domain: - Logon ID: 0x0"
+
+
+def windows_logon(ts: float, host: str, w: WinLogon, guid: str) -> str:
+    """4624 "An account was successfully logged on." as EvntSLog renders it."""
+    local = w.logon_type in (2, 10)
+    process = "Process ID: 0x26c Process Name: C:\\Windows\\System32\\winlogon.exe" if local else \
+        "Process ID: 0x0 Process Name: -"
+    auth = "Logon Process: User32 Authentication Package: Negotiate" if local else \
+        "Logon Process: NtLmSsp Authentication Package: NTLM"
+    package = "-" if local else "NTLM V2"
+    key = 0 if local else 128
+    text = (f"An account was successfully logged on. {_subject(w, w.domain)} Logon Type: {w.logon_type} "
+            f"New Logon: Security ID: {w.user_sid} Account Name: {w.user} Account Domain: {w.domain} "
+            f"Logon ID: {w.logon_id} Logon GUID: {{{guid}}} Process Information: {process} "
+            f"Network Information: Workstation Name: {w.workstation} Source Network Address: {w.source_ip} "
+            f"Source Port: {w.source_port} Detailed Authentication Information: {auth} Transited Services: - "
+            f"Package Name (NTLM only): {package} Key Length: {key} {_EXPLAIN_4624}")
+    return evntslog(ts, host, text)
+
+
+def windows_failed_logon(ts: float, host: str, w: WinLogon, sub_status: str = SUB_STATUS_BAD_PASSWORD) -> str:
+    """4625 "An account failed to log on." as EvntSLog renders it (Status 0xc000006d: bad user name or password)."""
+    local = w.logon_type in (2, 10)
+    process = "Caller Process ID: 0x26c Caller Process Name: C:\\Windows\\System32\\winlogon.exe" if local else \
+        "Caller Process ID: 0x0 Caller Process Name: -"
+    auth = "Logon Process: User32 Authentication Package: Negotiate" if local else \
+        "Logon Process: NtLmSsp Authentication Package: NTLM"
+    text = (f"An account failed to log on. {_subject(w, w.domain)} Logon Type: {w.logon_type} "
+            f"Account For Which Logon Failed: Security ID: S-1-0-0 Account Name: {w.user} Account Domain: {w.domain} "
+            f"Failure Information: Failure Reason: Unknown user name or bad password. Status: 0xc000006d "
+            f"Sub Status: {sub_status} Process Information: {process} Network Information: Workstation Name: "
+            f"{w.workstation} Source Network Address: {w.source_ip} Source Port: {w.source_port} Detailed "
+            f"Authentication Information: {auth} Transited Services: - Package Name (NTLM only): - Key Length: 0 "
+            f"{_EXPLAIN_4625}")
+    return evntslog(ts, host, text)
+
+
+def windows_logoff(ts: float, host: str, w: WinLogon) -> str:
+    """4634 "An account was logged off." (its Subject is the account whose session ended)."""
+    text = (f"An account was logged off. Subject: Security ID: {w.user_sid} Account Name: {w.user} "
+            f"Account Domain: {w.domain} Logon ID: {w.logon_id} Logon Type: {w.logon_type} {_EXPLAIN_4634}")
+    return evntslog(ts, host, text)

@@ -43,6 +43,14 @@ SERVER_ROLES = ("app", "db", "file", "web", "build", "mail", "jump", "mon", "log
 DNS_SERVER_IP = "10.10.8.53"
 DHCP_SERVER_IP = "10.10.8.67"
 DHCP_SERVER_NAME = "dhcp-01"
+WINDOWS_SERVER_ROLES = ("file", "mail", "jump")
+WINDOWS_DOMAIN = "CORP"  # the Active Directory domain's NetBIOS name
+DOMAIN_SID = "S-1-5-21-3623811015-3361044348-30300820"  # accounts are DOMAIN_SID-RID
+
+
+def user_sid(user: User) -> str:
+    """A domain account's SID: the domain SID and a relative id from the user's uid (RIDs start at 1000)."""
+    return f"{DOMAIN_SID}-{user.uid + 100}"
 
 
 @dataclass
@@ -63,6 +71,15 @@ class Host:
     @property
     def network(self) -> str:
         return f"{self.site}/{self.zone}"
+
+    @property
+    def windows(self) -> bool:
+        """Windows hosts (their Security log goes out through the EvntSLog agent): the file, mail and jump
+        servers, and three in four assigned workstations. Derived from the name and role, not drawn, so an
+        organization built from a seed is the same as before Windows logs existed."""
+        if self.role == "workstation":
+            return self.owner != "unassigned" and int(self.name[-4:]) % 4 != 0
+        return self.role in WINDOWS_SERVER_ROLES
 
 
 @dataclass
@@ -124,6 +141,10 @@ class Organization:
     @property
     def non_admins(self) -> list[User]:
         return [u for u in self.users if not u.is_admin]
+
+    @property
+    def windows_servers(self) -> list[Host]:
+        return [h for h in self.servers if h.windows]
 
     def special(self, role: str) -> Host:
         return next(h for h in self.hosts if h.role == role)

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 
 from generator import formats as fmt
 from generator.benign import LEASE_TIME
-from generator.organization import EXTERNAL_NETWORKS, HOSTILE_RANGES, external_ip, random_ip_in
+from generator.organization import (
+    EXTERNAL_NETWORKS,
+    HOSTILE_RANGES,
+    WINDOWS_DOMAIN,
+    external_ip,
+    random_ip_in,
+)
 
 
 @dataclass
@@ -169,6 +175,58 @@ def sudo_non_admin(sim, t0: float, budget: float) -> Incident | None:
     if rng.random() < 0.3 and t < end:  # a sudoers rule that should not be there
         sim.bg.sudo(t, user, server, "/usr/bin/systemctl stop auditd")
     return Incident("user", user.name, host_name=server.name, user_name=user.name, details={"refused": tries})
+
+
+# -- Windows ------------------------------------------------------------------------------------------------
+WINDOWS_GUESSES = ("administrator", "Administrator", "admin", "user", "test", "guest", "backup", "scanner")
+
+
+def _windows_failures(sim, t: float, src: str, target, names: list[str], gap: float, workstation: str,
+                      logon_type: int = 3) -> float:
+    """One 4625 on ``target`` per name (NTLM network logons, as RDP with NLA and SMB leave them)."""
+    rng = sim.rng
+    known = sim.org.user_by_name
+    for name in names:
+        sub = fmt.SUB_STATUS_BAD_PASSWORD if name in known or name.lower() == "administrator" \
+            else fmt.SUB_STATUS_NO_SUCH_USER
+        w = fmt.WinLogon(name, WINDOWS_DOMAIN, "S-1-0-0", logon_type, src, sim.bg.port(), workstation)
+        sim.bg.evntslog(t, target, fmt.windows_failed_logon(t, target.name, w, sub))
+        t += rng.uniform(0.5, 1.5) * gap
+    return t
+
+
+def _windows_target(sim):
+    servers = sim.org.windows_servers
+    return sim.rng.choice(servers) if servers else None
+
+
+def windows_brute_force(sim, t0: float, budget: float) -> Incident | None:
+    """Password guessing from the internet against an exposed Windows server (RDP with NLA: type 3 failures)."""
+    rng = sim.rng
+    target = _windows_target(sim)
+    if target is None:
+        return None
+    src = _attacker_ip(sim)
+    n = rng.randint(40, 100)
+    gap = min(3.0, max(0.3, budget * 0.6 / n))
+    names = [rng.choice(WINDOWS_GUESSES[:3]) if rng.random() < 0.7 else rng.choice(WINDOWS_GUESSES) for _ in range(n)]
+    _windows_failures(sim, t0, src, target, names, gap, rng.choice(("WORKSTATION", "kali", "DESKTOP-8F3K2LQ")))
+    return Incident("ip", src, host_name=target.name, details={"attempts": n, "target": target.name})
+
+
+def windows_password_spraying(sim, t0: float, budget: float) -> Incident | None:
+    """A compromised workstation trying one password against many domain accounts on a file server."""
+    rng = sim.rng
+    target = _windows_target(sim)
+    h, ip = _online_client(sim, lambda c: c.windows)
+    if target is None or h is None:
+        return None
+    k = min(len(sim.org.users), rng.randint(15, 40))
+    names = [u.name for u in rng.sample(sim.org.users, k)]
+    gap = min(30.0, max(1.0, budget * 0.7 / k))
+    sim.net.pin(h.name, t0 + budget)
+    _windows_failures(sim, t0, ip, target, names, gap, h.name.upper())
+    return Incident("ip", ip, host_name=target.name, details={"users": k, "target": target.name, "source": h.name})
 
 
 # -- network ------------------------------------------------------------------------------------------------
@@ -381,6 +439,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "an SSH brute force that ends with an accepted password"),
     Scenario("password_spraying", "password_spraying", True, password_spraying,
              "one outside address trying one password against many real users"),
+    Scenario("windows_brute_force", "windows_brute_force", True, windows_brute_force,
+             "many failed Windows logons (4625) from one outside address against a Windows server"),
+    Scenario("windows_password_spraying", "windows_password_spraying", True, windows_password_spraying,
+             "one internal workstation failing Windows logons (4625) for many real accounts on a file server"),
     Scenario("port_scan_horizontal", "port_scan_horizontal", True, port_scan_horizontal,
              "an internal host probing one port across a subnet"),
     Scenario("port_scan_vertical", "port_scan_vertical", True, port_scan_vertical,

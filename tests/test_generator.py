@@ -18,14 +18,14 @@ from generator.benign import LEASE_TIME
 from generator.command import generate
 from generator.engine import Options, Simulation
 from generator.reference_tables import networks
-from generator.scenarios import ATTACKS, HARD_NEGATIVES, SCENARIOS
+from generator.scenarios import ATTACKS, HARD_NEGATIVES, SCENARIOS, WINDOWS_GUESSES
 from generator.sinks import FileSink
 from generator.timeline import SYSLOG, ZEEK
 
 REPO = Path(__file__).resolve().parent.parent
 NIGHTJAR = REPO / ".venv" / "bin" / "nightjar"
 MONDAY = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()  # a Monday, 00:00 UTC
-SYSLOG_RE = re.compile(r"^<(\d+)>(?:1 (\S+) (\S+) (\S+) (\d+) - - |(\w{3} [ \d]\d \d\d:\d\d:\d\d) (\S+) (\S+)\[(\d+)\]: )(.*)$")
+SYSLOG_RE = re.compile(r"^<(\d+)>(?:1 (\S+) (\S+) (\S+) (\d+|-) - - (?:- )?|(\w{3} [ \d]\d \d\d:\d\d:\d\d) (\S+) (\S+)\[(\d+)\]: )(.*)$")
 
 
 def run_sim(**kw) -> tuple[Simulation, list[tuple]]:
@@ -244,6 +244,20 @@ def test_each_scenario_alone_shows_the_pattern_its_ground_truth_claims(name):
         users = {re.search(r"for (?:invalid user )?(\S+) from", m).group(1) for m in msgs if m.startswith("Failed")}
         assert len(users) >= 15 and users <= set(org.user_by_name)
         assert all(f" from {ent} " in m for m in msgs if m.startswith("Failed"))
+    elif name in ("windows_brute_force", "windows_password_spraying"):
+        fails = [m for m in msgs if m.startswith("An account failed to log on.")]
+        assert fails and len(fails) == len(msgs) and all(f"Source Network Address: {ent} " in m for m in fails)
+        target = org.host_by_name[row["host_name"]]
+        assert target.windows and all(e[3] == target.name for e in events
+                                      if e[6] == row["incident_id"] and e[2] == SYSLOG)
+        users = [re.search(r"Account For Which Logon Failed: Security ID: \S+ Account Name: (\S+) ", m).group(1)
+                 for m in fails]
+        if name == "windows_brute_force":
+            assert len(fails) >= 40 and len(set(users)) <= len(WINDOWS_GUESSES) and _country(ent) is not None
+            assert _max_in_window([e[0] for e in events if e[6] == row["incident_id"]], 300) >= 20
+        else:
+            assert len(set(users)) == len(users) >= 15 and set(users) <= set(org.user_by_name)
+            assert ipaddress.ip_address(ent).is_private
     elif name == "port_scan_horizontal":
         conns = [z for z in zeek if z["id.orig_h"] == ent]
         assert len({z["id.resp_h"] for z in conns}) >= 50 and len({z["id.resp_p"] for z in conns}) == 1
@@ -309,6 +323,30 @@ def test_each_scenario_alone_shows_the_pattern_its_ground_truth_claims(name):
         assert row["must_not_fire"].split(",") == ["c2_beaconing", "exfiltration"]
     else:
         raise AssertionError(f"no check for scenario {name}")
+
+
+def test_every_ssh_login_is_logged_by_sshd_and_by_zeek_conn_and_ssh_with_the_same_four_tuple():
+    sim, events = run_sim(events=12000, scenarios={"new_country_login": 1, "ssh_brute_force_success": 1,
+                                                   "mistype_3": 1})
+    ip_of = {h.name: h.static_ip for h in sim.org.hosts if h.static_ip}
+    flows: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for e in events:
+        if e[2] == ZEEK and e[5] in ("zeek.conn", "zeek.ssh"):
+            r = json.loads(e[4])
+            if r["id.resp_p"] == 22:
+                flows[(r["id.orig_h"], r["id.orig_p"], r["id.resp_h"], r["id.resp_p"])][r["_path"]] = r
+    logins = [(e, re.search(r"^Accepted \S+ for (\S+) from (\S+) port (\d+) ", msg(e[4]))) for e in events
+              if e[5] == "sshd" and " Accepted " in e[4]]
+    assert len(logins) >= 3
+    for e, m in logins:
+        flow = flows[(m.group(2), int(m.group(3)), ip_of[e[3]], 22)]
+        assert set(flow) == {"conn", "ssh"}, e[4]
+        assert flow["conn"]["uid"] == flow["ssh"]["uid"] and flow["ssh"]["auth_success"] is True
+        assert flow["ssh"]["ts"] <= e[0] <= flow["ssh"]["ts"] + 120  # within the join's time range
+    # Windows logons at workstations and on file servers are in the background, mistakes included.
+    win = [msg(e[4]) for e in events if e[5] == "EvntSLog"]
+    assert any(m.startswith("An account was successfully logged on.") and "Logon Type: 3 " in m for m in win)
+    assert any(m.startswith("An account was successfully logged on.") and "Logon Type: 2 " in m for m in win)
 
 
 def test_an_unbounded_run_injects_every_scenario_each_simulated_hour():
@@ -443,7 +481,7 @@ def test_every_generated_line_parses_with_zero_quarantine(spark, tmp_path):
             break
         events.append(ev)
     assert {e[5] for e in events} >= {"sshd", "sudo", "dhcpd", "zeek.conn", "zeek.dns", "zeek.dhcp", "zeek.http",
-                                       "zeek.ssl"}
+                                       "zeek.ssl", "zeek.ssh", "EvntSLog"}
     ingested = dt.datetime(2026, 1, 6, tzinfo=dt.UTC)
     rows = [(e[3].encode(), e[4].encode(), TOPIC_RAW_ZEEK if e[2] == ZEEK else TOPIC_RAW_SYSLOG, 0, i, ingested,
              ingested) for i, e in enumerate(events)]
@@ -458,9 +496,13 @@ def test_every_generated_line_parses_with_zero_quarantine(spark, tmp_path):
     assert unmatched == []
     datasets = Counter({r["d"]: r["n"] for r in parsed.groupBy(F.col("event.dataset").alias("d"))
                         .agg(F.count(F.lit(1)).alias("n")).collect()})
-    expected = Counter("zeek." + e[5][5:] if e[2] == ZEEK else ("dhcpd" if e[5] == "dhcpd" else "system.auth")
-                       for e in events)
+    expected = Counter("zeek." + e[5][5:] if e[2] == ZEEK else
+                       {"dhcpd": "dhcpd", "EvntSLog": "windows.security"}.get(e[5], "system.auth") for e in events)
     assert datasets == expected
+    # Every Windows line is a logon, failed logon or logoff, and names the account it is about.
+    codes = Counter(r["c"] for r in parsed.where(F.col("event.dataset") == "windows.security")
+                    .where(F.col("user.name").isNotNull()).select(F.col("event.code").alias("c")).collect())
+    assert set(codes) == {"4624", "4625", "4634"} and codes.total() == expected["windows.security"]
     # Timestamps survive: the first syslog and Zeek event parse to their simulated time (to the second).
     ts = {r["o"]: r["t"] for r in parsed.select(F.col("event.original").alias("o"), F.col("`@timestamp`").alias("t"))
           .where(F.col("event.original").isin(events[0][4], events[1][4])).collect()}
@@ -529,7 +571,7 @@ def test_any_seed_and_size_gives_ordered_well_formed_lines(seed, hosts, users, h
     for e in events:
         if e[2] == ZEEK:
             r = json.loads(e[4])
-            assert r["_path"] in ("conn", "dns", "dhcp", "http", "ssl") and abs(r["ts"] - e[0]) < 1e-5
+            assert r["_path"] in ("conn", "dns", "dhcp", "http", "ssl", "ssh") and abs(r["ts"] - e[0]) < 1e-5
             if e[6] is None:  # the background never touches an IOC
                 assert r.get("id.resp_h") not in iocs and r.get("id.orig_h") not in iocs and r.get("query") not in iocs
         else:
