@@ -115,13 +115,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.with_(rules=tuple(args.rules))
     if not settings.lake.exists():
         log.warning("lake %s does not exist yet: the page will say so until the pipeline writes it", settings.lake)
-    proc = start_dashboard(settings, args.port, args.host)
+    from core.process_control import sigterm_as_interrupt
+
     url = f"http://{'127.0.0.1' if args.host == '0.0.0.0' else args.host}:{args.port}"
-    try:
-        wait_until_ready(url, timeout=60, proc=proc)
-        print(f"Nightjar dashboard: {url} (lake {settings.lake.resolve()}). Ctrl-C stops it.", flush=True)
-        return proc.wait()
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        stop_dashboard(proc)
+    # Streamlit runs in its own session, so a SIGTERM to this launcher (a service manager, `docker stop`) never
+    # reaches it: SIGTERM stops the launcher like Ctrl-C, and the `finally` stops the server's process group.
+    with sigterm_as_interrupt():
+        proc = start_dashboard(settings, args.port, args.host)
+        try:
+            wait_until_ready(url, timeout=60, proc=proc)
+            print(f"Nightjar dashboard: {url} (lake {settings.lake.resolve()}). Ctrl-C stops it.", flush=True)
+            return proc.wait()
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            stop_dashboard(proc)

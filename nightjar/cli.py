@@ -87,7 +87,20 @@ def configure_logging(verbose: bool = False) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one subcommand and return its exit status.
+
+    Run as the ``nightjar`` program (no ``argv``), the process ends through :func:`core.clean_exit.run_as_program`:
+    reading several Delta tables otherwise aborts the interpreter at exit (status 134; see core/clean_exit.py).
+    """
+    if argv is None:
+        from core.clean_exit import run_as_program
+
+        run_as_program(lambda: _main(sys.argv[1:]))
+    return _main(argv)
+
+
+def _main(argv: Sequence[str]) -> int:
+    argv = list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)

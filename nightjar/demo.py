@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_ALERTS, TABLE_BRONZE, TABLE_EVENTS, Settings
 from core.errors import UserError
+from core.process_control import descendants, reap, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,11 @@ class _Children:
     def stop_all(self) -> None:
         # PySpark's Python worker daemons start their own process group, so signalling a child's group does not
         # reach them: remember every descendant now, and make sure each one is gone before the demo exits.
-        descendants = {p for proc in self.procs.values() for p in _descendants(proc.pid)}
+        tree = {p for proc in self.procs.values() for p in descendants(proc.pid)}
         for name, proc in reversed(list(self.procs.items())):
             if proc.poll() is None:
                 log.info("stopping %s (pid %d)", name, proc.pid)
-                _signal_group(proc, signal.SIGTERM)
+                signal_group(proc, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for name, proc in self.procs.items():
             try:
@@ -75,75 +75,15 @@ class _Children:
             except subprocess.TimeoutExpired:
                 log.warning("%s did not stop within %.0fs: killing it", name, STOP_GRACE_S)
             # Whatever the leader did, nothing of its group may outlive the demo.
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
             proc.wait()
-        _reap(descendants, grace_s=10.0)
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (Linux /proc; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _reap(pids: set[int], grace_s: float) -> None:
-    """Wait up to ``grace_s`` for ``pids`` to exit on their own (workers notice their JVM is gone), then kill the
-    rest and wait until they are gone."""
-    deadline = time.monotonic() + grace_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [p for p in pids if _alive(p)]
-    for p in left:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in left) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if left:
-        log.info("killed %d leftover worker process(es)", len(left))
+        reap(tree, grace_s=10.0)
 
 
 def _rows(lake: Path, table: str) -> int:
     from core.lake import is_delta_table, row_count
 
     return row_count(lake, table) if is_delta_table(lake / table) else 0
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
