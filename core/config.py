@@ -57,6 +57,14 @@ ZORDER_COLUMNS: dict[str, tuple[str, ...]] = {
 # default). Shorter risks breaking readers of older versions and time travel.
 VACUUM_RETENTION_HOURS = 168
 
+# ML (alerts/ml/): model artifacts live under <lake>/models/<name>/<version>/ (joblib + metadata.json).
+MODELS_DIR = "models"
+ML_BEHAVIOUR_MODEL = "behaviour"  # alerts carry rule_id "ml.<model name>"
+ML_DOMAIN_MODEL = "domain"
+ML_MODELS: tuple[str, ...] = (ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL)
+# How late an event may arrive and still count in its entity-hour (the scoring query's watermark).
+DEFAULT_ML_WATERMARK = "10 minutes"
+
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
 # Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the

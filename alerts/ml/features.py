@@ -1,0 +1,159 @@
+"""Behavioural features per entity and hour: one ``DataFrame -> DataFrame`` function for history and stream.
+
+Why host × hour and user × hour:
+
+- **Host × hour** (network side: Zeek conn/dns from an internal source). An hour is long enough to see a slow
+  attack's volume add up (one new peer every 15–30 minutes is 2–4 new peers in an hour; a 40 MB upload spread
+  over an hour) and short enough that an alert is still timely and a busy benign hour does not hide it. The host
+  is ``host.name`` (the DHCP lease holder the pipeline attributed) or, for addresses no lease names, the source
+  address itself.
+- **User × hour** (authentication side: sshd and sudo). Logins are per account, wherever they happen: a service
+  or admin account logging in at night from a machine it never used is an account anomaly, not a host one.
+
+:func:`entity_features` is plain Spark SQL over the ``events`` schema and contains no stateful or driver-side
+step, so the same function runs over a static ``events`` DataFrame (training, ``nightjar ml evaluate``) and over
+the streaming ``events`` (the scoring query, with a watermark on :data:`~ingest.normalize.EVENT_TIME_COLUMN`):
+batch and stream give the same rows for the same events (tests/test_ml_features.py).
+
+Besides counts the rows carry small *sets* (internal admin-port peers, destination countries, login sources,
+login hosts, queried domains). "New destination / new country / new login source" are the set minus what the
+entity did in the training history: that history lives in the model (``behaviour_model``), not in streaming
+state, so the stream's state stays one hour per entity (bounded by the watermark).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+WINDOW = "1 hour"
+ENTITY_HOST, ENTITY_USER = "host", "user"
+# Ports of remote administration and file sharing: the paths of lateral movement (SSH, RPC, SMB, RDP, WinRM).
+ADMIN_PORTS = (22, 135, 139, 445, 3389, 5985, 5986)
+NIGHT_HOURS = (22, 23, 0, 1, 2, 3, 4, 5)  # UTC: the generator's organization works UTC office hours
+MAX_SET = 200  # per entity-hour: bounds state and the row size (an hour has far fewer distinct values normally)
+MAX_EVIDENCE = 20
+
+# Numeric features in the order the model sees them (plus the derived "new_*" counts, see behaviour_model).
+COUNT_FEATURES: tuple[str, ...] = (
+    "events", "connections", "bytes_out", "bytes_in", "distinct_destinations", "distinct_ports",
+    "distinct_countries", "distinct_domains", "dns_queries", "dns_name_len_max", "dns_entropy_max",
+    "admin_port_peers", "logins_failed", "logins_ok", "night_logins", "sudo", "login_hour_max",
+)
+SET_FEATURES: tuple[str, ...] = ("peers", "countries", "login_sources", "login_hosts", "domains")
+KEY_COLUMNS: tuple[str, ...] = ("entity_type", "entity", "window_start", "window_end")
+FEATURE_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, *COUNT_FEATURES, *SET_FEATURES, "first_seen", "last_seen",
+                                    "evidence")
+
+
+def shannon_entropy(text: Column) -> Column:
+    """Shannon entropy (bits per character) of a string, in Spark SQL (no Python UDF: stays in the JVM)."""
+    chars = F.array_distinct(F.split(text, ""))
+    n = F.length(text).cast("double")
+
+    def term(acc: Column, c: Column) -> Column:
+        p = (F.length(text) - F.length(F.replace(text, c, F.lit("")))).cast("double") / n
+        return acc - p * F.log2(p)
+
+    return F.when(n > 0, F.aggregate(chars, F.lit(0.0), term)).otherwise(F.lit(0.0))
+
+
+def _per_event(events: DataFrame, time_col: str) -> DataFrame:
+    """One row per (event, entity it describes): the host row of network events, the user row of auth events."""
+    ds = F.col("event.dataset")
+    direction = F.col("network.direction")
+    conn = ds == "zeek.conn"
+    dns = ds == "zeek.dns"
+    outbound = conn & (direction == "outbound")
+    internal = conn & (direction == "internal")
+    name = F.lower(F.col("dns.question.name"))
+    first_label = F.substring_index(name, ".", 1)
+    admin_peer = internal & F.col("destination.port").isin(*ADMIN_PORTS)
+    hour = F.hour(F.col(time_col))
+
+    host = events.where(ds.isin("zeek.conn", "zeek.dns") & direction.isin("outbound", "internal")
+                        & F.col("source.ip").isNotNull()).select(
+        F.lit(ENTITY_HOST).alias("entity_type"),
+        F.coalesce(F.col("host.name"), F.col("source.ip")).alias("entity"),
+        F.col(time_col).alias("ts"), F.col("event.id").alias("event_id"),
+        conn.cast("int").alias("connections"),
+        F.when(outbound, F.coalesce(F.col("source.bytes"), F.lit(0))).otherwise(0).alias("bytes_out"),
+        F.when(conn, F.coalesce(F.col("destination.bytes"), F.lit(0))).otherwise(0).alias("bytes_in"),
+        F.when(conn, F.col("destination.ip")).alias("destination"),
+        F.when(conn, F.col("destination.port")).alias("port"),
+        F.when(outbound, F.col("destination.geo.country_iso_code")).alias("country"),
+        F.when(dns, name).alias("domain"),
+        dns.cast("int").alias("dns_query"),
+        F.when(dns, F.length(name)).alias("dns_name_len"),
+        F.when(dns, shannon_entropy(first_label)).alias("dns_entropy"),
+        F.when(admin_peer, F.col("destination.ip")).alias("peer"),
+        F.lit(0).alias("login_failed"), F.lit(0).alias("login_ok"), F.lit(0).alias("night_login"),
+        F.lit(0).alias("sudo"), F.lit(None).cast("int").alias("login_hour"),
+        F.lit(None).cast("string").alias("login_source"), F.lit(None).cast("string").alias("login_host"),
+    )
+    login = F.col("event.action") == "ssh_login"
+    ok = login & (F.col("event.outcome") == "success")
+    sudo = (F.col("process.name") == "sudo") & (F.col("event.action") == "sudo_command")
+    user = events.where((login | sudo) & F.col("user.name").isNotNull()).select(
+        F.lit(ENTITY_USER).alias("entity_type"), F.col("user.name").alias("entity"),
+        F.col(time_col).alias("ts"), F.col("event.id").alias("event_id"),
+        F.lit(0).alias("connections"), F.lit(0).cast("long").alias("bytes_out"), F.lit(0).cast("long").alias("bytes_in"),
+        F.lit(None).cast("string").alias("destination"), F.lit(None).cast("int").alias("port"),
+        F.lit(None).cast("string").alias("country"), F.lit(None).cast("string").alias("domain"),
+        F.lit(0).alias("dns_query"), F.lit(None).cast("int").alias("dns_name_len"),
+        F.lit(None).cast("double").alias("dns_entropy"), F.lit(None).cast("string").alias("peer"),
+        (login & (F.col("event.outcome") == "failure")).cast("int").alias("login_failed"),
+        ok.cast("int").alias("login_ok"),
+        (ok & hour.isin(*NIGHT_HOURS)).cast("int").alias("night_login"),
+        sudo.cast("int").alias("sudo"),
+        # distance from 13:00 UTC (mid office hours), so 03:00 and 23:00 are both "far from normal"
+        F.when(ok, F.least(F.abs(hour - 13), 24 - F.abs(hour - 13))).alias("login_hour"),
+        F.when(ok, F.col("source.ip")).alias("login_source"),
+        F.when(ok, F.lower(F.coalesce(F.col("host.name"), F.col("host.hostname")))).alias("login_host"),
+    )
+    return host.unionByName(user)
+
+
+def _bounded_set(col: str) -> Column:
+    return F.slice(F.array_sort(F.collect_set(col)), 1, MAX_SET)
+
+
+def entity_features(events: DataFrame, time_col: str = "@timestamp") -> DataFrame:
+    """``events`` (static or streaming) -> one row per (entity type, entity, hour) with :data:`FEATURE_COLUMNS`.
+
+    A streaming caller sets a watermark on ``time_col`` first; the aggregation is then bounded by it.
+    """
+    rows = _per_event(events, time_col)
+    w = F.window("ts", WINDOW)
+    agg = rows.groupBy("entity_type", "entity", w.alias("w")).agg(
+        F.count(F.lit(1)).alias("events"),
+        F.sum("connections").alias("connections"),
+        F.sum("bytes_out").alias("bytes_out"),
+        F.sum("bytes_in").alias("bytes_in"),
+        F.size(F.collect_set("destination")).alias("distinct_destinations"),
+        F.size(F.collect_set("port")).alias("distinct_ports"),
+        F.size(F.collect_set("country")).alias("distinct_countries"),
+        F.size(F.collect_set("domain")).alias("distinct_domains"),
+        F.sum("dns_query").alias("dns_queries"),
+        F.coalesce(F.max("dns_name_len"), F.lit(0)).alias("dns_name_len_max"),
+        F.coalesce(F.max("dns_entropy"), F.lit(0.0)).alias("dns_entropy_max"),
+        F.size(F.collect_set("peer")).alias("admin_port_peers"),
+        F.sum("login_failed").alias("logins_failed"),
+        F.sum("login_ok").alias("logins_ok"),
+        F.sum("night_login").alias("night_logins"),
+        F.sum("sudo").alias("sudo"),
+        F.coalesce(F.max("login_hour"), F.lit(0)).alias("login_hour_max"),
+        _bounded_set("peer").alias("peers"),
+        _bounded_set("country").alias("countries"),
+        _bounded_set("login_source").alias("login_sources"),
+        _bounded_set("login_host").alias("login_hosts"),
+        _bounded_set("domain").alias("domains"),
+        F.min("ts").alias("first_seen"),
+        F.max("ts").alias("last_seen"),
+        F.slice(F.array_sort(F.collect_set("event_id")), 1, MAX_EVIDENCE).alias("evidence"),
+    )
+    return agg.select(
+        "entity_type", "entity", F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+        *[F.col(c).cast("double").alias(c) for c in COUNT_FEATURES],
+        *SET_FEATURES, "first_seen", "last_seen", "evidence",
+    )

@@ -1,0 +1,133 @@
+"""The ML models and their store, without Spark: the lexical domain model trained on benign names only, the
+behavioural baseline's scores and reasons, versioned artifacts, and refusal of unusable versions with fallback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import string
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from alerts.ml import behaviour_model, domain_model
+from alerts.ml.features import COUNT_FEATURES
+from alerts.ml.model_store import ModelRefused, ModelTracker, feature_digest, load, save, versions
+from generator.organization import build_organization
+
+
+def benign_names(seed: int = 1) -> list[str]:
+    """The names the generator's organization queries: its web destinations and its internal servers."""
+    org = build_organization(seed, 500, 300)
+    internal = [f"{h.name}.corp.nightjar.example" for h in org.servers]
+    return [d for d, _ip in org.domains] + internal + [org.backup_target[0]]
+
+
+def dga_names(n: int, seed: int = 9) -> list[str]:
+    """DGA-like names drawn the way many families do (random letters/digits) — not used in training."""
+    rng = random.Random(seed)
+    return ["".join(rng.choices(string.ascii_lowercase + string.digits, k=rng.randint(12, 20))) + ".com"
+            for _ in range(n)]
+
+
+def test_domain_model_trained_on_benign_names_flags_dga_names_and_passes_unseen_benign_ones():
+    names = benign_names(1)
+    pipeline, threshold, metrics = domain_model.fit(names)
+    assert metrics["names"] == len(set(n.lower() for n in names))
+    dga = domain_model.score_names(pipeline, dga_names(200))
+    recall = float(np.mean(dga > threshold))
+    assert recall >= 0.8, recall
+    # another organization's benign names (other seed: other Faker words), never seen in training
+    other = benign_names(2)
+    fp = float(np.mean(domain_model.score_names(pipeline, other) > threshold))
+    assert fp <= 0.05, fp
+    # deterministic: same names, same seed -> same threshold and scores
+    again, threshold2, _ = domain_model.fit(names)
+    assert threshold2 == threshold
+    assert np.allclose(domain_model.score_names(again, other[:20]), domain_model.score_names(pipeline, other[:20]))
+
+
+def test_lexical_features_are_the_public_measures():
+    feats = domain_model.LexicalFeatures().fit(["www.example.com", "mail.example.com"]).transform(
+        ["www.aaaa.com", "x9k2q.net"])
+    assert list(feats.columns) == list(domain_model.LEXICAL_FEATURES)
+    assert feats.loc[0, "length"] == 4 and feats.loc[0, "entropy"] == 0.0  # "www." skipped, "aaaa"
+    assert feats.loc[1, "digit_ratio"] == pytest.approx(2 / 5)
+    assert feats.loc[1, "bigram_rarity"] > feats.loc[0, "bigram_rarity"] - 1  # finite, computed
+
+
+def _rows(entity: str, hours: int, bytes_out: float, peers=(), start=dt.datetime(2026, 1, 5)) -> pd.DataFrame:
+    rows = []
+    for h in range(hours):
+        r = {c: 1.0 for c in COUNT_FEATURES}
+        r.update(entity_type="host", entity=entity, window_start=start + dt.timedelta(hours=h),
+                 window_end=start + dt.timedelta(hours=h + 1), bytes_out=bytes_out * (1 + 0.1 * (h % 3)),
+                 peers=list(peers), countries=["US"], login_sources=[], login_hosts=[], domains=[],
+                 first_seen=start + dt.timedelta(hours=h), last_seen=start + dt.timedelta(hours=h, minutes=50),
+                 evidence=[f"e{h}"])
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_behaviour_baseline_scores_against_the_entitys_own_history_and_names_the_reason():
+    history = pd.concat([_rows("ws-1", 30, 2e5, peers=["10.10.8.10"]), _rows("backup-01", 30, 2e8)])
+    known = behaviour_model.known_sets(history)
+    pipe = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(history, known))
+    # ws-1 uploading what the backup server uploads every hour: far above *its* normal
+    probe = pd.concat([_rows("ws-1", 1, 1e8, peers=["10.10.8.10"]), _rows("backup-01", 1, 2e8),
+                       _rows("ws-1", 1, 2e5, peers=["10.10.0.50", "10.10.0.51", "10.10.0.52"])])
+    frame = behaviour_model.with_new_counts(probe, known)
+    scores = behaviour_model.score(pipe, frame)
+    assert scores[0] > 8 and scores[1] < 2, scores
+    assert list(frame["new_admin_peers"]) == [0.0, 0.0, 3.0]
+    assert scores[2] >= 3
+    tops = behaviour_model.top_features(pipe, frame)
+    assert tops[0][0][0] == "bytes_out" and tops[2][0][0] == "new_admin_peers"
+
+
+def _bundle(threshold: float = 1.0) -> dict:
+    pipe, thr, _ = domain_model.fit(benign_names(1))
+    return {"pipeline": pipe, "threshold": thr if threshold is None else threshold}
+
+
+def test_models_are_versioned_artifacts_and_an_unusable_newer_version_is_refused_while_the_previous_scores(
+        tmp_path, caplog):
+    feats = list(domain_model.LEXICAL_FEATURES)
+    meta = {"features": feats, "feature_digest": feature_digest(feats), "threshold": 0.5}
+    v1 = save(tmp_path, "domain", _bundle(0.5), meta)
+    assert v1.version == "v0001" and (v1.path / "model.joblib").exists()
+    stored = json.loads((v1.path / "metadata.json").read_text())
+    assert stored["sklearn_version"] and stored["feature_digest"] == feature_digest(feats)
+    tracker = ModelTracker(tmp_path, "domain", feats)
+    assert tracker.current().version == "v0001"
+
+    # v0002 built by another scikit-learn: refused in one line, v0001 keeps scoring
+    v2 = save(tmp_path, "domain", _bundle(0.6), meta)
+    m = json.loads((v2.path / "metadata.json").read_text())
+    m["sklearn_version"] = "0.24.2"
+    (v2.path / "metadata.json").write_text(json.dumps(m))
+    with pytest.raises(ModelRefused) as exc:
+        load(tmp_path, "domain", "v0002", feats)
+    assert "\n" not in str(exc.value) and "scikit-learn 0.24.2" in str(exc.value) and "v0002" in str(exc.value)
+    assert tracker.current().version == "v0001"
+
+    # v0003 for another feature set, v0004 a corrupted file: both refused, v0001 still in use
+    save(tmp_path, "domain", _bundle(0.7), {**meta, "feature_digest": feature_digest(["other"])})
+    v4 = save(tmp_path, "domain", _bundle(0.8), meta)
+    (v4.path / "model.joblib").write_bytes(b"not a pickle at all")
+    with pytest.raises(ModelRefused, match="another feature set"):
+        load(tmp_path, "domain", "v0003", feats)
+    with pytest.raises(ModelRefused, match="unreadable"):
+        load(tmp_path, "domain", "v0004", feats)
+    with caplog.at_level("ERROR"):
+        assert tracker.current().version == "v0001"
+        assert tracker.current().version == "v0001"
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 3 and all("still scoring with v0001" in r for r in refusals)  # each reported once
+
+    # a good new version is picked up on the next check
+    v5 = save(tmp_path, "domain", _bundle(0.9), meta)
+    assert tracker.current().version == v5.version == "v0005"
+    assert versions(tmp_path, "domain") == ["v0001", "v0002", "v0003", "v0004", "v0005"]
