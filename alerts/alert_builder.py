@@ -13,6 +13,11 @@ a brute force). The builder folds them into alerts:
 - **Updates, not duplicates.** Joining a candidate that adds events makes a new *revision* of the alert (same
   ``alert_id``, ``revision`` + 1, larger ``event_count`` / ``last_seen`` / evidence); a candidate that adds
   nothing emits nothing. At most one revision per alert per call (= per micro-batch).
+- **Expiry.** An alert stays open (in memory) only while a candidate could still join it: once the event-time
+  clock (the newest ``last_seen`` seen) is past ``window_start + suppress_s`` by more than ``lateness_s`` (longer
+  than any rule's window plus the detection watermark), it is dropped, so memory is bounded by the alerts of
+  the last span, not by every alert ever raised. Expiry runs after each call, so one call's result never
+  depends on it (a backtest folds its whole history in one call).
 - **Counts.** Single-event candidates add up (each carries a new event); candidates of a correlation overlap
   (sliding windows count the same events), so the alert keeps the largest window's count
   (``RuleMeta.count_merge`` = ``"sum"`` or ``"max"``).
@@ -30,6 +35,9 @@ from dataclasses import dataclass
 from alerts.alert_schema import MAX_EVIDENCE, alert_id
 
 DEFAULT_SUPPRESS_S = 3600.0
+# How far behind the newest event time a candidate may still start: the longest rule window (1 h in the rule pack)
+# plus the detection watermark (10 min), with room to spare. An alert is kept this long after its span ends.
+DEFAULT_LATENESS_S = 2 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -83,13 +91,38 @@ class AlertBuilder:
     table when a streaming query restarts), so suppression and updates continue across restarts.
     """
 
-    def __init__(self, rules: dict[str, RuleMeta], open_alerts: Iterable[dict] = ()) -> None:
+    def __init__(self, rules: dict[str, RuleMeta], open_alerts: Iterable[dict] = (),
+                 lateness_s: float = DEFAULT_LATENESS_S) -> None:
         self.rules = rules
+        self.lateness = dt.timedelta(seconds=lateness_s)
+        self.clock: dt.datetime | None = None  # the newest event time seen (naive UTC)
         self.open: dict[AlertKey, dict] = {}
         for a in open_alerts:
             k = key_of(a)
+            self._advance(a["last_seen"])
             if k not in self.open or naive_utc(a["window_start"]) >= naive_utc(self.open[k]["window_start"]):
                 self.open[k] = dict(a)
+        self.expire()
+
+    def _advance(self, ts: dt.datetime) -> None:
+        ts = naive_utc(ts)
+        if self.clock is None or ts > self.clock:
+            self.clock = ts
+
+    def expire(self) -> int:
+        """Drop the open alerts no candidate can join any more (see the module docstring); returns how many."""
+        if self.clock is None:
+            return 0
+        horizon = self.clock - self.lateness
+        gone = []
+        for k, alert in self.open.items():
+            rule = self.rules.get(alert["rule_id"])
+            span = dt.timedelta(seconds=rule.suppress_s if rule else DEFAULT_SUPPRESS_S)
+            if naive_utc(alert["window_start"]) + span < horizon:
+                gone.append(k)
+        for k in gone:
+            del self.open[k]
+        return len(gone)
 
     def add(self, candidates: Iterable[dict], detected_at: dt.datetime) -> list[dict]:
         """The revisions raised or updated by ``candidates`` (one per touched alert), in a stable order."""
@@ -117,6 +150,9 @@ class AlertBuilder:
             merged["summary"] = summarize(rule, merged)
             self.open[k] = merged
             touched[merged["alert_id"]] = merged
+        for cand in order:
+            self._advance(cand["last_seen"])
+        self.expire()
         return [self._public(a) for a in touched.values()]
 
     @staticmethod

@@ -35,16 +35,22 @@ class MaintenanceResult:
 
 
 def maintain_table(path: Path, zorder: tuple[str, ...] = (), retention_hours: int = VACUUM_RETENTION_HOURS,
-                   vacuum: bool = True) -> MaintenanceResult:
+                   vacuum: bool = True, min_files: int = 2) -> MaintenanceResult:
+    """Compact (or Z-order) the table once it has ``min_files`` files, checkpoint its log, vacuum it.
+
+    Used by ``nightjar maintain`` and by the pipeline's background upkeep (nightjar/upkeep.py), which runs it while
+    the pipeline appends: a conflicting concurrent commit raises deltalake's ``CommitFailedError``.
+    """
     from deltalake import DeltaTable
 
     table = DeltaTable(str(path))
     before = len(table.file_uris())
     existing = {f.name for f in table.schema().fields}
     columns = [c for c in zorder if c in existing]
-    if columns and before > 1:
+    rewrite = before >= max(2, min_files)
+    if columns and rewrite:
         table.optimize.z_order(columns)
-    elif before > 1:
+    elif rewrite:
         table.optimize.compact()
     table = DeltaTable(str(path))
     table.create_checkpoint()
@@ -54,7 +60,7 @@ def maintain_table(path: Path, zorder: tuple[str, ...] = (), retention_hours: in
                                    enforce_retention_duration=retention_hours >= VACUUM_RETENTION_HOURS))
         table.cleanup_metadata()
     after = len(DeltaTable(str(path)).file_uris())
-    result = MaintenanceResult(path.name, before, after, bool(columns) and before > 1, removed)
+    result = MaintenanceResult(path.name, before, after, bool(columns) and rewrite, removed)
     log.info("%s: %d -> %d files%s, %d unreferenced files vacuumed", path.name, before, after,
              f" (Z-ordered on {', '.join(columns)})" if result.zordered else "", removed)
     return result
