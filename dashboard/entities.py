@@ -5,6 +5,7 @@ Plain functions over the lake; events are matched by :func:`dashboard.alerts_dat
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pandas as pd
@@ -18,13 +19,24 @@ ENTITY_TYPES = ("host", "user", "ip", "domain", "mac")
 _MAC = "upper(regexp_replace({}, '[^0-9A-Fa-f]', '', 'g'))"
 
 
-def event_timeline(lake: Path, entity_type: str, value: str, bucket: str = "1 hour") -> pd.DataFrame:
+def _since(since: dt.datetime | None) -> str:
+    """The time bound of an entity query: on ``@timestamp``, so the scan skips the files before ``since`` by their
+    statistics (the events table is written in time order) instead of reading the whole history."""
+    return "" if since is None else ' AND "@timestamp" >= $since'
+
+
+def _params(value: str, since: dt.datetime | None) -> dict:
+    return {"value": value} if since is None else {"value": value, "since": since}
+
+
+def event_timeline(lake: Path, entity_type: str, value: str, bucket: str = "1 hour", since: dt.datetime | None = None) -> pd.DataFrame:
     """Events about the entity per time bucket and dataset."""
     if not has_table(lake, TABLE_EVENTS):
         return pd.DataFrame(columns=["bucket", "dataset", "events"])
     return query(lake, [TABLE_EVENTS], f"""
         SELECT time_bucket(INTERVAL '{bucket}', "@timestamp") AS bucket, "event".dataset AS dataset, count(*) AS events
-        FROM events WHERE {entity_predicate(entity_type)} GROUP BY ALL ORDER BY bucket, dataset""", {"value": value})
+        FROM events WHERE {entity_predicate(entity_type)}{_since(since)} GROUP BY ALL ORDER BY bucket, dataset""",
+                 _params(value, since))
 
 
 def entity_alerts(lake: Path, entity_type: str, value: str) -> pd.DataFrame:
@@ -68,7 +80,7 @@ def dhcp_history(lake: Path, entity_type: str, value: str, limit: int = 200) -> 
                  {"value": value, "macs": [m.replace(":", "").replace("-", "").replace(".", "").upper() for m in macs]})
 
 
-def logins(lake: Path, entity_type: str, value: str, limit: int = 200) -> pd.DataFrame:
+def logins(lake: Path, entity_type: str, value: str, limit: int = 200, since: dt.datetime | None = None) -> pd.DataFrame:
     """SSH logins (accepted and failed) of a user, on a host, or from / to an IP, with their source countries."""
     cols = ["timestamp", "user", "host", "source_ip", "country", "outcome", "action", "original"]
     if not has_table(lake, TABLE_EVENTS):
@@ -79,11 +91,11 @@ def logins(lake: Path, entity_type: str, value: str, limit: int = 200) -> pd.Dat
                "event".action AS action, "event".original AS original
         FROM events
         WHERE "event".dataset = 'system.auth' AND "event".action IN ('ssh_login', 'ssh_invalid_user')
-          AND {entity_predicate(entity_type)}
-        ORDER BY "@timestamp" DESC LIMIT {int(limit)}""", {"value": value})
+          AND {entity_predicate(entity_type)}{_since(since)}
+        ORDER BY "@timestamp" DESC LIMIT {int(limit)}""", _params(value, since))
 
 
-def login_countries(lake: Path, entity_type: str, value: str) -> pd.DataFrame:
+def login_countries(lake: Path, entity_type: str, value: str, since: dt.datetime | None = None) -> pd.DataFrame:
     """Logins per source country and outcome."""
     if not has_table(lake, TABLE_EVENTS):
         return pd.DataFrame(columns=["country", "outcome", "logins"])
@@ -91,8 +103,8 @@ def login_countries(lake: Path, entity_type: str, value: str) -> pd.DataFrame:
         SELECT coalesce("source".geo.country_iso_code, '?') AS country, "event".outcome AS outcome, count(*) AS logins
         FROM events
         WHERE "event".dataset = 'system.auth' AND "event".action IN ('ssh_login', 'ssh_invalid_user')
-          AND {entity_predicate(entity_type)}
-        GROUP BY ALL ORDER BY logins DESC""", {"value": value})
+          AND {entity_predicate(entity_type)}{_since(since)}
+        GROUP BY ALL ORDER BY logins DESC""", _params(value, since))
 
 
 def _side(entity_type: str) -> str:
@@ -104,7 +116,7 @@ def _side(entity_type: str) -> str:
     }.get(entity_type, "FALSE")
 
 
-def top_peers(lake: Path, entity_type: str, value: str, limit: int = 20) -> pd.DataFrame:
+def top_peers(lake: Path, entity_type: str, value: str, limit: int = 20, since: dt.datetime | None = None) -> pd.DataFrame:
     """The addresses the entity talked to most (Zeek connections, either direction), with bytes and ports."""
     cols = ["peer", "direction", "connections", "bytes_out", "bytes_in", "ports", "country"]
     if not has_table(lake, TABLE_EVENTS) or entity_type not in ("ip", "host", "mac"):
@@ -117,11 +129,11 @@ def top_peers(lake: Path, entity_type: str, value: str, limit: int = 20) -> pd.D
                any_value(CASE WHEN {_side(entity_type)} THEN "destination".geo.country_iso_code
                               ELSE "source".geo.country_iso_code END) AS country
         FROM events
-        WHERE "event".dataset = 'zeek.conn' AND {entity_predicate(entity_type)}
-        GROUP BY ALL ORDER BY connections DESC, peer LIMIT {int(limit)}""", {"value": value})
+        WHERE "event".dataset = 'zeek.conn' AND {entity_predicate(entity_type)}{_since(since)}
+        GROUP BY ALL ORDER BY connections DESC, peer LIMIT {int(limit)}""", _params(value, since))
 
 
-def top_ports(lake: Path, entity_type: str, value: str, limit: int = 20) -> pd.DataFrame:
+def top_ports(lake: Path, entity_type: str, value: str, limit: int = 20, since: dt.datetime | None = None) -> pd.DataFrame:
     """Destination ports of the entity's connections (as client and as server), with how many peers."""
     cols = ["port", "transport", "direction", "connections", "peers", "failed"]
     if not has_table(lake, TABLE_EVENTS) or entity_type not in ("ip", "host", "mac"):
@@ -133,5 +145,5 @@ def top_ports(lake: Path, entity_type: str, value: str, limit: int = 20) -> pd.D
                count(DISTINCT CASE WHEN {_side(entity_type)} THEN "destination".ip ELSE "source".ip END) AS peers,
                count(*) FILTER (WHERE "event".outcome = 'failure') AS failed
         FROM events
-        WHERE "event".dataset = 'zeek.conn' AND {entity_predicate(entity_type)}
-        GROUP BY ALL ORDER BY connections DESC, port LIMIT {int(limit)}""", {"value": value})
+        WHERE "event".dataset = 'zeek.conn' AND {entity_predicate(entity_type)}{_since(since)}
+        GROUP BY ALL ORDER BY connections DESC, port LIMIT {int(limit)}""", _params(value, since))

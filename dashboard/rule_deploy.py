@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parent.parent
 # A backtest starts a Spark driver (about 20-60 s on a busy 2-core machine) before it reads the period's events.
 BACKTEST_TIMEOUT_S = 900.0
 VALIDATE_TIMEOUT_S = 300.0
-ALERT_COLUMNS = ["first_seen", "last_seen", "severity", "rule_id", "entity_type", "entity_value", "host_name",
-                 "user_name", "event_count", "alert_id", "analyst_verdict", "summary"]
+ALERT_COLUMNS = ["first_seen", "last_seen", "severity", "rule_id", "entity_type", "entity_value", "analyst_verdict",
+                 "event_count", "host_name", "user_name", "alert_id", "summary"]
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.ya?ml")
 Progress = Callable[[float, str], None]  # (seconds elapsed, last log line of the child)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from urllib.parse import urlencode
@@ -12,6 +13,9 @@ import streamlit as st
 from core.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
 
 REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
+# The time filters' choices (alert queue on last_seen, entity pages on @timestamp); None: no bound.
+TIME_WINDOWS = {"all": None, "1h": dt.timedelta(hours=1), "24h": dt.timedelta(days=1), "7d": dt.timedelta(days=7),
+                "30d": dt.timedelta(days=30)}
 # url_path of each page (st.Page): deep links are /<path>?<query parameters>
 PAGE_ALERTS, PAGE_ALERT, PAGE_HUNT, PAGE_ENTITY, PAGE_COVERAGE, PAGE_PIPELINE, PAGE_RULE_LAB = (
     "alerts", "alert", "hunt", "entity", "coverage", "pipeline", "rules")

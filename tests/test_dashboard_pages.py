@@ -8,6 +8,7 @@ with headless Chromium; each page's screenshot goes to docs/images/.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Iterator
@@ -112,6 +113,13 @@ def test_entity_pages_data(pipeline_lake: Path, truth: dict) -> None:
     assert truth["ioc_match"]["host_name"] in set(history["hostname"])
     assert entities.top_peers(pipeline_lake, "ip", ioc_ip)["connections"].sum() > 0
     assert entities.event_timeline(pipeline_lake, "ip", ioc_ip)["events"].sum() > 0
+    # the entity page's time window: events before `since` are left out (and their files skipped)
+    everything = entities.top_ports(pipeline_lake, "ip", ioc_ip)
+    assert entities.top_ports(pipeline_lake, "ip", ioc_ip, since=dt.datetime(2000, 1, 1)).equals(everything)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+    assert entities.top_ports(pipeline_lake, "ip", ioc_ip, since=later).empty
+    assert entities.event_timeline(pipeline_lake, "ip", ioc_ip, since=later).empty
+    assert entities.login_countries(pipeline_lake, "user", user, since=later).empty
 
 
 def test_coverage_and_health(pipeline_lake: Path) -> None:
@@ -136,12 +144,24 @@ def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
 # --- the pages in a browser ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def served(pipeline_lake: Path, tmp_path_factory) -> Iterator[str]:
+def rules_dir(tmp_path_factory) -> Path:
+    """The rules directory the dashboard saves into (a copy of the pack, as an operator's own directory would be)."""
+    import shutil
+
+    from alerts.rule_loader import BUILTIN_RULES
+
+    path = tmp_path_factory.mktemp("rules") / "rules"
+    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
     from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
     from ingest.embedded_broker import free_port
 
     port = free_port()
-    proc = start_dashboard(Settings(lake=pipeline_lake), port,
+    proc = start_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)), port,
                            log_file=tmp_path_factory.mktemp("dash") / "dashboard.log")
     try:
         url = f"http://127.0.0.1:{port}"
@@ -316,10 +336,113 @@ def test_rule_lab_page_checks_a_rule_and_tries_it_on_the_lake(served: str, drive
     driver.get(f"{served}/rules?rule_id=ssh_brute_force")
     _wait_for_text(driver, lambda t: "Check and try on the lake" in t and "ssh_failed_password" in t)
     _click_button(driver, "Check and try on the lake")
-    text = _wait_for_text(driver, lambda t: "2 rule(s) in the file, 0 with problems" in t and "Matches" in t)
-    assert "ssh_brute_force (correlation, alerts)" in text
+    # the sections below the check (backtest, save) are still on the page: wait for the whole report
+    _wait_for_text(driver, lambda t: "2 rule(s) in the file, 0 with problems" in t and "Matches" in t
+                   and "ssh_brute_force (correlation, alerts)" in t)
     _cells(driver, lambda cs: any("Failed password" in c for c in cs))
     _screenshot(driver, "rule-lab")
+
+def _type_rule(driver, text: str) -> None:
+    """Replace the rule editor's text and apply it (Ctrl+Enter, as an analyst would)."""
+    from selenium.webdriver.common.keys import Keys
+
+    area = driver.find_element("css selector", "textarea[aria-label='Rule file (Sigma YAML)']")
+    area.click()
+    area.send_keys(Keys.CONTROL, "a")
+    area.send_keys(Keys.DELETE)
+    area.send_keys(text)
+    area.send_keys(Keys.CONTROL, Keys.ENTER)
+    time.sleep(1.0)
+
+
+def _set_input(driver, label: str, value: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element("css selector", f"input[aria-label='{label}']")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(value, Keys.ENTER)
+    time.sleep(1.0)
+
+
+BACKTEST_TIMEOUT = 600.0  # a Spark driver starts in the backtest's child process; the machine is shared
+
+
+@pytest.mark.browser
+def test_rule_lab_backtests_a_correlation_with_the_analysts_verdicts(served: str, driver, pipeline_lake: Path,
+                                                                     truth: dict) -> None:
+    """The pack's ssh_brute_force correlation, backtested over the lake's whole period: the attack's alert is listed
+    with the same alert_id the stream raised, and an analyst's false-positive closure of it is counted and shown."""
+    from dashboard.rule_deploy import events_period, past_verdicts
+
+    brute = _alert_for(pipeline_lake, truth, "ssh_brute_force")
+    if triage.status_of(pipeline_lake, brute["alert_id"]) != "closed: false positive":
+        triage.record(pipeline_lake, triage.Action(brute["alert_id"], "close_false_positive", "carol",
+                                                   reason="lab: known scanner"))
+    driver.get(f"{served}/rules?rule_id=ssh_brute_force")
+    _wait_for_text(driver, lambda t: "Backtest over the period" in t and "ssh_failed_password" in t)
+    _click_button(driver, "Backtest over the period")
+    text = _wait_for_text(driver, lambda t: "the rule would have raised" in t or "Backtest refused" in t,
+                          timeout=BACKTEST_TIMEOUT)
+    assert "Backtest refused" not in text, text[-1500:]
+    cells = _cells(driver, lambda cs: brute["alert_id"] in cs)
+    assert truth["ssh_brute_force"]["entity"]["value"] in cells and "closed: false positive" in cells
+    first, last = events_period(pipeline_lake)
+    past = past_verdicts(pipeline_lake, ["ssh_brute_force"], first.replace(hour=0, minute=0, second=0),
+                         last.replace(hour=0, minute=0, second=0) + dt.timedelta(days=1))
+    fp = int(past["false_positive"].iloc[0])
+    assert fp >= 1 and f"Its past alerts in the period: {int(past['past_alerts'].iloc[0])}," in text
+    assert f"{fp} closed as false positive" in text
+    _screenshot(driver, "rule-lab-backtest")
+
+
+@pytest.mark.browser
+def test_rule_lab_backtests_and_saves_a_new_rule_and_refuses_an_invalid_one(
+        served: str, driver, pipeline_lake: Path, rules_dir: Path, truth: dict, spark) -> None:
+    """A new single-event rule typed in the browser: its backtest lists the attack's address, save writes it into
+    the rules directory and the pipeline's RuleSet loads it; a broken rule is refused with the loader's message and
+    no file appears; an existing pack file is not replaced without the overwrite confirmation."""
+    from alerts.detection_stream import RuleSet
+
+    attacker = truth["ssh_brute_force"]["entity"]["value"]
+    rule = (f"title: Failed password from {attacker}\nname: lab_attacker_failures\n"
+            "logsource: {product: linux, service: sshd}\ndetection:\n"
+            f"  selection: {{event.dataset: system.auth, event.outcome: failure, source.ip: {attacker}}}\n"
+            "  condition: selection\nlevel: medium\nnightjar: {entity: {type: ip, field: source.ip}}\n")
+    driver.get(f"{served}/rules?rule_id=sudo_non_admin")
+    _wait_for_text(driver, lambda t: "Validate and save" in t)
+    _type_rule(driver, rule)
+    _click_button(driver, "Backtest over the period")
+    text = _wait_for_text(driver, lambda t: "the rule would have raised" in t or "Backtest refused" in t,
+                          timeout=BACKTEST_TIMEOUT)
+    assert "Backtest refused" not in text, text[-1500:]
+    _cells(driver, lambda cs: "lab_attacker_failures" in cs and attacker in cs)
+
+    ruleset = RuleSet(spark, [rules_dir])
+    ruleset.reload()
+    assert "lab_attacker_failures" not in {r.rule_id for r in ruleset.current()[0]}
+    _set_input(driver, "File name", "sudo_non_admin.yml")  # a pack file: not replaced without confirmation
+    _click_button(driver, "Validate and save")
+    _wait_for_text(driver, lambda t: "Not saved:" in t and "confirm the overwrite" in t)
+    assert "lab_attacker" not in (rules_dir / "sudo_non_admin.yml").read_text()
+
+    _set_input(driver, "File name", "lab_attacker.yml")
+    _click_button(driver, "Validate and save")
+    _wait_for_text(driver, lambda t: "Saved " in t and "lab_attacker.yml" in t, timeout=BACKTEST_TIMEOUT)
+    assert (rules_dir / "lab_attacker.yml").read_text().strip() == rule.strip()
+    assert ruleset.reload()  # what the running pipeline does when a rule file changes
+    assert "lab_attacker_failures" in {r.rule_id for r in ruleset.current()[0]} and not ruleset.errors
+
+    _type_rule(driver, rule.replace("lab_attacker_failures", "lab_broken").replace("condition: selection",
+                                                                                 "condition: selection and missing"))
+    _set_input(driver, "File name", "lab_broken.yml")
+    _click_button(driver, "Validate and save")
+    text = _wait_for_text(driver, lambda t: "Refused:" in t, timeout=BACKTEST_TIMEOUT)
+    line = next(ln for ln in text.splitlines() if ln.startswith("Refused:"))
+    assert line.startswith("Refused: lab_broken.yml: rule 'lab_broken':"), line
+    assert not (rules_dir / "lab_broken.yml").exists()
+    assert sorted(p.name for p in rules_dir.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
 
 @pytest.mark.browser
 def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_rows(

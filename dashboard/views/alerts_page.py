@@ -26,6 +26,7 @@ from dashboard.alerts_data import (
 )
 from dashboard.ui import (
     REFRESH_S,
+    TIME_WINDOWS,
     alert_url,
     analyst,
     csv_bytes,
@@ -38,8 +39,6 @@ from dashboard.ui import (
 )
 
 SEVERITIES = ["critical", "high", "medium", "low"]
-TIME_WINDOWS = {"all": None, "1h": dt.timedelta(hours=1), "24h": dt.timedelta(days=1), "7d": dt.timedelta(days=7),
-                "30d": dt.timedelta(days=30)}
 GROUPS = ["none", "rule", "entity"]
 SEVERITY_COLORS = alt.Scale(domain=SEVERITIES, range=["#7b1fa2", "#d32f2f", "#f57c00", "#1976d2"])
 BULK_ACTIONS = {"acknowledge": "ack", "assign": "assign", "close: true positive": "close_true_positive",

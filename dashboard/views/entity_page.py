@@ -1,7 +1,9 @@
 """Entity page (``?type=host|user|ip|domain|mac&value=…``): context, timeline of events and alerts, DHCP history,
-logins and their countries, top peers and ports."""
+logins and their countries, top peers and ports; ``&time=1h|24h|7d|30d|all`` bounds the events shown (24h)."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import altair as alt
 import pandas as pd
@@ -9,20 +11,29 @@ import streamlit as st
 
 from dashboard import entities
 from dashboard.alerts_data import entity_context, entity_events
-from dashboard.ui import alert_url, entity_url, lake, lake_missing, qp_str, set_qp, show_table
+from dashboard.ui import TIME_WINDOWS, alert_url, entity_url, lake, lake_missing, qp_str, set_qp, show_table
+
+# What an entity page shows first: the last 24 hours of events (as SIEMs open); the URL (?time=7d|30d|all) widens it.
+DEFAULT_WINDOW = "24h"
 
 
 def page() -> None:
     st.title("Entity")
     if lake_missing():
         return
-    c1, c2 = st.columns([1, 3])
+    c1, c2, c3 = st.columns([1, 3, 1])
     types = list(entities.ENTITY_TYPES)
     etype = c1.selectbox("Type", types, index=types.index(qp_str("type", "host")) if qp_str("type", "host") in types
                          else 0, key="entity_type")
     value = c2.text_input("Value", value=qp_str("value"), key="entity_value",
                           placeholder="ws-0008, alice, 10.10.0.23, evil.example, 00:0c:29:aa:0b:01").strip()
-    set_qp(type=etype, value=value)
+    windows = list(TIME_WINDOWS)
+    window = c3.selectbox("Time", windows, index=windows.index(qp_str("time", DEFAULT_WINDOW))
+                          if qp_str("time", DEFAULT_WINDOW) in windows else windows.index(DEFAULT_WINDOW),
+                          key="entity_time", help="Events within this window (alerts and DHCP history: all).")
+    set_qp(type=etype, value=value, time=None if window == DEFAULT_WINDOW else window)
+    # a bounded window lets every events query skip the older files (time-ordered files, Delta statistics)
+    since = dt.datetime.now(dt.UTC) - TIME_WINDOWS[window] if TIME_WINDOWS[window] else None
     if not value:
         st.info("Choose an entity (or follow a link from an alert).")
         return
@@ -38,7 +49,7 @@ def page() -> None:
                 st.markdown(f"Static address: [ip {ip}]({entity_url('ip', ip)})")
 
     st.subheader("Timeline")
-    timeline = entities.event_timeline(lake(), etype, value)
+    timeline = entities.event_timeline(lake(), etype, value, since=since)
     alerts = entities.entity_alerts(lake(), etype, value)
     if timeline.empty:
         st.caption("No event about this entity.")
@@ -59,7 +70,7 @@ def page() -> None:
         st.dataframe(alerts, hide_index=True, width="stretch", key="entity_alerts",
                      column_config={"open": st.column_config.LinkColumn("detail", display_text="open")})
     with st.expander("Events (newest 500)"):
-        show_table(entity_events(lake(), etype, value, limit=500, newest_first=True), "entity_events", "No events.")
+        show_table(entity_events(lake(), etype, value, since=since, limit=500, newest_first=True), "entity_events", "No events.")
 
     if etype in ("ip", "host", "mac"):
         st.subheader("DHCP history (IP ↔ MAC ↔ host)")
@@ -67,29 +78,29 @@ def page() -> None:
                    "No DHCP session recorded for this entity.")
 
     st.subheader("Logins")
-    countries = entities.login_countries(lake(), etype, value)
+    countries = entities.login_countries(lake(), etype, value, since=since)
     if countries.empty:
         st.caption("No SSH login involving this entity.")
     else:
         c1, c2 = st.columns([1, 2])
         c1.dataframe(countries, hide_index=True, width="stretch", key="login_countries")
-        c2.dataframe(entities.logins(lake(), etype, value), hide_index=True, width="stretch", key="logins")
+        c2.dataframe(entities.logins(lake(), etype, value, since=since), hide_index=True, width="stretch", key="logins")
 
     if etype in ("ip", "host", "mac"):
         st.subheader("Top peers and ports")
         ptype, pvalue = etype, value
         assets = ctx.get("assets")
         if etype == "host" and assets is not None and assets["ip"].notna().any() \
-                and entities.top_peers(lake(), etype, value).empty:
+                and entities.top_peers(lake(), etype, value, since=since).empty:
             # a server with a static address: Zeek names it by IP only
             ptype, pvalue = "ip", assets["ip"].dropna().iloc[0]
             st.caption(f"Connections of its static address {pvalue}")
         c1, c2 = st.columns(2)
         with c1:
-            peers = entities.top_peers(lake(), ptype, pvalue)
+            peers = entities.top_peers(lake(), ptype, pvalue, since=since)
             if len(peers):
                 peers.insert(0, "page", [entity_url("ip", p) for p in peers["peer"]])
             show_table(peers, "top_peers", "No connection recorded.",
                        column_config={"page": st.column_config.LinkColumn("peer page", display_text="open")})
         with c2:
-            show_table(entities.top_ports(lake(), ptype, pvalue), "top_ports", "No connection recorded.")
+            show_table(entities.top_ports(lake(), ptype, pvalue, since=since), "top_ports", "No connection recorded.")
