@@ -34,11 +34,13 @@ TABLE_BACKTEST_ALERTS = "backtest_alerts"  # `nightjar backtest --write`; never 
 TABLE_PIPELINE_PROGRESS = "pipeline_progress"
 TABLE_ALERT_TRIAGE = "alert_triage"  # written by the dashboard only: analysts' triage actions (append-only)
 TABLE_SAVED_HUNTS = "saved_hunts"  # written by the dashboard only: shared saved hunts
+TABLE_AUTH_SESSIONS = "auth_sessions"  # enrich/auth_sessions.py: each SSH login joined with its Zeek conn/ssh records
 KNOWN_TABLES: tuple[str, ...] = (
     TABLE_BRONZE,
     TABLE_EVENTS,
     TABLE_QUARANTINE,
     TABLE_DHCP_SESSIONS,
+    TABLE_AUTH_SESSIONS,
     TABLE_ALERTS,
     TABLE_ASSETS,
     TABLE_USERS,
@@ -65,6 +67,9 @@ ML_MODELS: tuple[str, ...] = (ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL)
 # How late an event may arrive and still count in its entity-hour (the scoring query's watermark).
 DEFAULT_ML_WATERMARK = "10 minutes"
 
+# auth_sessions (enrich/auth_sessions.py): how late a login or a Zeek record may arrive (event time) and still be
+# joined; with the join's ±2 minutes this bounds how long either side is held in state.
+DEFAULT_AUTH_SESSIONS_WATERMARK = "2 minutes"
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
 # Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the

@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 
 QUERY_INGEST = "ingest"
 QUERY_DETECT = "detect"  # every detection query (windowed, windowed-append, one per own-plan Python rule)
-QUERIES = (QUERY_INGEST, QUERY_DETECT)
+QUERY_AUTH_SESSIONS = "auth_sessions"  # enrich/auth_sessions.py: SSH logins joined with their Zeek records
+QUERIES = (QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS)
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
@@ -224,6 +225,16 @@ class Supervisor:
         if QUERY_DETECT not in self.names:
             return
         self._sync_detection()
+
+    def start_enrichment(self) -> None:
+        """The stream-stream enrichment over the events table: ``auth_sessions`` (restarted for ever, like a rule)."""
+        if QUERY_AUTH_SESSIONS not in self.names:
+            return
+        from alerts.detection_stream import events_stream
+        from enrich.auth_sessions import start_auth_sessions
+
+        self._add(Managed(QUERY_AUTH_SESSIONS, lambda: start_auth_sessions(
+            self.spark, self.settings, self.trigger, events_stream(self.spark, self.settings, self.ruleset.schema))))
 
     def _sync_detection(self) -> None:
         """Start, restart or stop the detection queries so they match the current rules."""
@@ -391,6 +402,7 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
                 _supervise(supervisor, stop_event)
         if not stop_event.is_set():
             supervisor.start_detection()
+            supervisor.start_enrichment()
             _supervise(supervisor, stop_event)
     finally:
         supervisor.stop()

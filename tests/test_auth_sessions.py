@@ -1,0 +1,163 @@
+"""auth_sessions: SSH logins joined with their Zeek conn/ssh records by a stream-stream join, through a real broker.
+
+Each round produces raw lines to Kafka, drains them through the ingest query into ``events`` (one Delta commit
+per round), then runs the auth_sessions query available-now over the new commits: flows that arrive before their
+login and after it land in different micro-batches, and the watermark's passing is driven by later rounds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from deltalake import write_deltalake
+
+from core.config import TABLE_ASSETS, TABLE_AUTH_SESSIONS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
+from core.lake import table_dataset
+from generator import formats as fmt
+from ingest.embedded_broker import EmbeddedBroker, free_port
+
+T0 = dt.datetime(2026, 3, 9, 10, 0, tzinfo=dt.UTC).timestamp()
+BASTION, BASTION_IP = "bastion-01", "172.16.10.10"
+DB, DB_IP = "db-hq-02", "10.10.8.12"
+
+
+def login(t: float, host: str, user: str, ip: str, port: int) -> tuple[str, bytes]:
+    return TOPIC_RAW_SYSLOG, fmt.rfc3164(t, host, "sshd", 4242, f"Accepted password for {user} from {ip} port {port} "
+                                         "ssh2").encode()
+
+
+def flow(t: float, uid: str, ip: str, port: int, server_ip: str, *, duration: float, out: int, back: int,
+         ok: bool = True) -> list[tuple[str, bytes]]:
+    """Zeek's conn and ssh records of one SSH connection (conn with a community id, as Zeek's package adds it)."""
+    conn = json.loads(fmt.conn(t, uid, ip, port, server_ip, 22, "tcp", service="ssh", duration=duration,
+                               orig_bytes=out, resp_bytes=back))
+    conn["community_id"] = f"1:{uid}="
+    ssh = fmt.ssh(t, uid, ip, port, server_ip, 22, auth_success=ok, auth_attempts=1, client="SSH-2.0-PuTTY_Release_0.81",
+                  server="SSH-2.0-OpenSSH_9.2p1")
+    return [(TOPIC_RAW_ZEEK, json.dumps(conn).encode()), (TOPIC_RAW_ZEEK, ssh.encode())]
+
+
+def send(bootstrap: str, records: list[tuple[str, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for topic, value in records:
+        producer.produce(topic, value)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def own_broker():
+    with EmbeddedBroker(port=free_port()) as b:
+        yield b
+
+
+def sessions(lake) -> dict[tuple[str, int], dict]:
+    rows = table_dataset(lake, TABLE_AUTH_SESSIONS).to_table().to_pylist()
+    keyed = {(r["client_ip"], r["client_port"]): r for r in rows}
+    assert len(keyed) == len(rows), rows  # one row per login, never two
+    return keyed
+
+
+def state_rows(query) -> int:
+    return sum(int(op["numRowsTotal"]) for op in query.lastProgress["stateOperators"])
+
+
+@pytest.mark.slow
+def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_watermark_and_state_is_dropped(
+        spark, own_broker, tmp_path):
+    from alerts.detection_input import events_schema
+    from alerts.detection_stream import events_stream
+    from enrich.auth_sessions import start_auth_sessions
+    from nightjar.pipeline import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger, run_pipeline
+
+    lake = tmp_path / "lake"
+    settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2)
+    write_deltalake(str(lake / TABLE_ASSETS), pa.table({"host": [BASTION, DB], "ip": [BASTION_IP, DB_IP]}))
+    drain = Trigger(available_now=True)
+
+    def round_(records: list[tuple[str, bytes]]):
+        """One round: to Kafka, through ingest into events, then one available-now run of auth_sessions."""
+        send(own_broker.bootstrap, records)
+        run_pipeline(settings, drain, [QUERY_INGEST])
+        query = start_auth_sessions(spark, settings, drain, events_stream(spark, settings, events_schema(spark)))
+        query.awaitTermination(600)
+        assert query.exception() is None, query.exception()
+        return query
+
+    # Round 1: alice's flow arrives before her login; bob's login before his flow; carol's flow never comes.
+    # A port-22 connection nobody logged in on (a probe) must never produce a row.
+    q = round_([*flow(T0 + 10, "CAlice0000000001", "73.15.1.2", 50001, BASTION_IP, duration=300.5, out=4100,
+                      back=52000),
+                login(T0 + 40, DB, "bob", "10.10.0.21", 50002),
+                login(T0 + 45, BASTION, "carol", "98.207.3.4", 50003),
+                *flow(T0 + 46, "CProbe0000000001", "45.155.204.9", 40000, BASTION_IP, duration=0.4, out=0, back=40,
+                      ok=False)])
+    assert not (lake / TABLE_AUTH_SESSIONS).exists() or sessions(lake) == {}
+    assert state_rows(q) > 0  # the waiting logins and flows are held in the joins' state
+
+    # Round 2, a later micro-batch: alice's login (flow already in state), bob's flow (login already in state).
+    q = round_([login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),
+                *flow(T0 + 39, "CBob000000000001", "10.10.0.21", 50002, DB_IP, duration=61.0, out=3000, back=9000)])
+    got = sessions(lake)
+    assert set(got) == {("73.15.1.2", 50001), ("10.10.0.21", 50002)}
+    alice, bob = got[("73.15.1.2", 50001)], got[("10.10.0.21", 50002)]
+    assert (alice["user_name"], alice["host_name"], alice["server_ip"], alice["server_port"]) == \
+        ("alice", BASTION, BASTION_IP, 22)
+    assert alice["matched"] and alice["zeek_uid"] == "CAlice0000000001" and alice["duration_s"] == pytest.approx(300.5)
+    assert (alice["bytes_out"], alice["bytes_in"]) == (4100, 52000)
+    assert alice["zeek_auth_success"] is True and alice["client_software"] == "SSH-2.0-PuTTY_Release_0.81"
+    assert alice["community_id"] == "1:CAlice0000000001=" and alice["auth_method"] == "password"
+    assert (bob["user_name"], bob["server_ip"], bob["zeek_uid"], bob["bytes_out"]) == ("bob", DB_IP,
+                                                                                       "CBob000000000001", 3000)
+    # Everything of rounds 1-2 is still in state (the watermark is behind them): logins, conns, ssh records, and the
+    # two logins the first join passed on to the second.
+    held = state_rows(q)
+    assert held >= 10, q.lastProgress["stateOperators"]
+
+    # Rounds 3 and 4, ten minutes on: dave's complete session moves every side's watermark past carol's login +
+    # 2 minutes, so carol is emitted unmatched (once), and the old logins and flows leave the state.
+    q = round_([login(T0 + 600, BASTION, "dave", "24.6.7.8", 50004),
+                *flow(T0 + 599, "CDave00000000001", "24.6.7.8", 50004, BASTION_IP, duration=20.0, out=100, back=200)])
+    assert sessions(lake)[("98.207.3.4", 50003)]["matched"] is False  # emitted as soon as the watermark passed
+    q = round_([login(T0 + 900, BASTION, "erin", "24.6.7.9", 50005),
+                *flow(T0 + 899, "CErin00000000001", "24.6.7.9", 50005, BASTION_IP, duration=20.0, out=100, back=200)])
+    got = sessions(lake)
+    assert set(got) == {("73.15.1.2", 50001), ("10.10.0.21", 50002), ("98.207.3.4", 50003), ("24.6.7.8", 50004),
+                        ("24.6.7.9", 50005)}
+    carol = got[("98.207.3.4", 50003)]
+    assert carol["user_name"] == "carol" and carol["matched"] is False and carol["zeek_uid"] is None
+    assert carol["server_ip"] == BASTION_IP and carol["duration_s"] is None
+    assert got[("24.6.7.8", 50004)]["matched"] and got[("24.6.7.9", 50005)]["matched"]
+    # State is bounded by the watermark: every row of rounds 1-2 is gone; at most dave's and erin's rows (two per
+    # session in each of the two joins) are left — the second join evicts later, its input watermark being the
+    # first join's output watermark (docs/enrichment.md).
+    ops = [int(op["numRowsTotal"]) for op in q.lastProgress["stateOperators"]]
+    assert len(ops) == 2 and max(ops) <= 4 and sum(ops) < held, (held, q.lastProgress["stateOperators"])
+
+    # The pipeline runs the same query from the same checkpoint (registered with the supervisor): nothing new,
+    # nothing twice.
+    run_pipeline(settings, drain, [QUERY_INGEST, QUERY_AUTH_SESSIONS])
+    assert len(sessions(lake)) == 5
+
+
+def test_the_batch_join_over_history_gives_the_same_sessions(spark):
+    from enrich.auth_sessions import auth_sessions_batch
+    from ingest.file_source import lines_dataframe
+    from ingest.normalize import parse_records, to_events
+
+    records = [login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),
+               *flow(T0 + 10, "CAlice0000000001", "73.15.1.2", 50001, BASTION_IP, duration=300.5, out=4100,
+                     back=52000),
+               login(T0 + 45, BASTION, "carol", "98.207.3.4", 50003),
+               # the same client port again 10 minutes later: outside the ±2 minutes, not carol's flow
+               *flow(T0 + 645, "CLater0000000001", "98.207.3.4", 50003, BASTION_IP, duration=1.0, out=1, back=1)]
+    events = to_events(parse_records(lines_dataframe(spark, [v.decode() for _t, v in records])))
+    servers = spark.createDataFrame([(BASTION.lower(), BASTION_IP)], "srv_host string, srv_ip string")
+    rows = {r["user_name"]: r for r in auth_sessions_batch(events, servers).collect()}
+    assert set(rows) == {"alice", "carol"}
+    assert rows["alice"]["matched"] and rows["alice"]["zeek_uid"] == "CAlice0000000001"
+    assert rows["alice"]["bytes_in"] == 52000 and rows["alice"]["zeek_auth_success"] is True
+    assert rows["carol"]["matched"] is False and rows["carol"]["server_ip"] == BASTION_IP
