@@ -141,3 +141,17 @@ def test_save_validates_with_the_rule_loader_then_the_pipeline_loads_the_file(tm
     assert ruleset.reload()  # the running pipeline's check sees the new file
     single, _, _ = ruleset.current()
     assert "lab_failed_password" in {r.rule_id for r in single} and not ruleset.errors
+
+
+@pytest.mark.slow
+def test_a_backtest_of_a_rule_the_loader_refuses_gives_the_loaders_message(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from dashboard.rule_deploy import backtest_rule_text
+
+    broken = LAB_RULE.replace("condition: selection", "condition: selection and nothing_here")
+    res = backtest_rule_text(tmp_path / "lake", broken, "lab.yml", dt.datetime(2026, 1, 1), dt.datetime(2026, 1, 2),
+                             [BUILTIN_RULES])
+    assert not res.ok and res.alerts.empty
+    assert res.problem.startswith("lab.yml: rule 'lab_failed_password':") and "\n" not in res.problem, res.problem
+    assert "nightjar-rule-lab" not in res.problem  # the temporary directory is not shown
