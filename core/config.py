@@ -98,13 +98,32 @@ DEFAULT_DASHBOARD_PORT = 8501
 ENV_DASHBOARD_REFRESH_S = "NIGHTJAR_DASHBOARD_REFRESH_S"  # page refresh interval (seconds)
 
 
-def kafka_client_overrides(environ: dict[str, str] | None = None) -> dict[str, str]:
+# librdkafka settings whose values are credentials: never printed (Settings' repr, logs, error messages). Spark's
+# own redaction (core/spark_session.py) uses the same words for the Kafka source's options.
+SECRET_SETTING_WORDS = ("password", "secret", "token", "jaas", "sasl.username", "ssl.key.pem", "private")
+# Files and directories the `nightjar` program creates (lake, checkpoints, logs) are its owner's only: security logs
+# and alerts are sensitive, and a shared machine's other users have no business reading them.
+OWNER_ONLY_UMASK = 0o077
+
+
+def is_secret_setting(name: str) -> bool:
+    return any(word in name.lower() for word in SECRET_SETTING_WORDS)
+
+
+class KafkaOverrides(dict):
+    """librdkafka settings from ``NIGHTJAR_KAFKA_*``; a plain dict whose repr hides the credentials."""
+
+    def __repr__(self) -> str:
+        return repr({k: "***" if is_secret_setting(k) else v for k, v in self.items()})
+
+
+def kafka_client_overrides(environ: dict[str, str] | None = None) -> KafkaOverrides:
     """librdkafka settings passed through from ``NIGHTJAR_KAFKA_*`` variables (SASL, TLS, …).
 
     ``NIGHTJAR_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` becomes ``security.protocol=SASL_SSL``.
     """
     env = os.environ if environ is None else environ
-    out = {}
+    out = KafkaOverrides()
     for name, value in env.items():
         if name.startswith(ENV_KAFKA_PREFIX):
             out[name[len(ENV_KAFKA_PREFIX):].lower().replace("_", ".")] = value
@@ -142,8 +161,13 @@ class Settings:
     detection_watermark: str = DEFAULT_DETECTION_WATERMARK
     lease_hold_s: float = DEFAULT_LEASE_HOLD_S
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
-    kafka_overrides: dict[str, str] = field(default_factory=dict)
+    kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
+    upkeep_interval_s: float = 600.0  # `nightjar run`'s background compaction/vacuum (nightjar/upkeep.py); 0: off
+
+    def __post_init__(self) -> None:
+        # Whatever mapping was given, its repr must hide the credentials: Settings are logged and end up in tracebacks.
+        object.__setattr__(self, "kafka_overrides", KafkaOverrides(self.kafka_overrides))
 
     @property
     def bootstrap_servers(self) -> str:
@@ -164,7 +188,7 @@ class Settings:
         """Base librdkafka configuration for producers, consumers and admin clients."""
         conf = {"bootstrap.servers": self.bootstrap_servers}
         conf.update(self.kafka_overrides)
-        return conf
+        return KafkaOverrides(conf)
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
