@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -12,11 +13,14 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from core.config import Settings
+from core.config import OWNER_ONLY_UMASK, SECRET_SETTING_WORDS, Settings
 
 log = logging.getLogger(__name__)
 
 LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the import root of core, ingest, alerts, …
+# Spark's default (secret|password|token|access key) plus every word that marks a Kafka credential setting.
+REDACTION_REGEX = "(?i)" + "|".join(["access[.]?key", *(re.escape(w) for w in SECRET_SETTING_WORDS)])
 
 
 def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False,
@@ -31,7 +35,8 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
     project's modules (installed into ``.venv``) import on executors.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if settings.spark_master.startswith("local"):
+    on_loopback = settings.spark_master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:"))
+    if on_loopback:  # local mode or `nightjar cluster up`: executors reach the driver on loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback" warning
     java_opts = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -50,7 +55,18 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         # The Python data source's latestOffset runs in a Python worker: keep workers alive.
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.metricsEnabled", "true")
+        # The Kafka source's options carry librdkafka credentials (NIGHTJAR_KAFKA_*): Spark redacts option and
+        # conf values whose key matches this in plans, logs, error messages and the UI.
+        .config("spark.redaction.regex", REDACTION_REGEX)
+        # Hadoop's file system (checkpoints) applies its own umask, not the process's: owner-only like the lake.
+        .config("spark.hadoop.fs.permissions.umask-mode", f"{OWNER_ONLY_UMASK:03o}")
     )
+    if not settings.spark_master.startswith("local"):
+        # Executors run in other JVMs with their own Python workers, which unpickle the project's data sources and
+        # sinks: they need the repository importable. Where the workers' environment already provides it (an
+        # installed package, `nightjar cluster up`), this path is simply one more entry.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p))
     jvm_log = _jvm_log_path(settings, app_name)
     with _stderr_to(jvm_log):  # the JVM inherits this stderr for its whole life; ours is restored at once
         spark = builder.getOrCreate()
