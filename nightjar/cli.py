@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "parse": ("ingest.parse_command", "batch-parse log files into normalized ECS JSON"),
     "replay": ("ingest.replay", "send captured log files to the raw topics, optionally shifted to now"),
     "bench": ("nightjar.bench", "benchmarks that print throughput figures"),
+    "cluster": ("nightjar.cluster", "a local Spark standalone cluster: `cluster up|down|status`"),
     "alerts": ("alerts.alerts_tail", "the alerts topic: `alerts tail` prints alerts as the SOC receives them"),
     "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),
     "backtest": ("alerts.backtest", "run the detection rules in batch over the events history"),
@@ -94,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         from core.clean_exit import run_as_program
+        from core.config import OWNER_ONLY_UMASK
 
+        os.umask(OWNER_ONLY_UMASK)  # the lake, checkpoints and logs this program (and its JVM) creates: owner-only
         run_as_program(lambda: _main(sys.argv[1:]))
     return _main(argv)
 
