@@ -395,6 +395,11 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
     names = list(queries or QUERIES)
     stop_event = stop_event or threading.Event()
     supervisor = Supervisor(spark, settings, trigger, names, recorder, max_restarts=max_restarts)
+    upkeep = None
+    if not trigger.available_now and settings.upkeep_interval_s > 0:  # compaction, checkpoints, vacuum: upkeep.py
+        from nightjar.upkeep import Upkeep
+
+        upkeep = Upkeep(settings, interval_s=settings.upkeep_interval_s).start()
     try:
         if QUERY_INGEST in names:
             supervisor.start_ingest()
@@ -405,6 +410,8 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
             supervisor.start_enrichment()
             _supervise(supervisor, stop_event)
     finally:
+        if upkeep is not None:
+            upkeep.stop()
         supervisor.stop()
         from alerts.alert_sink import close_producers
 
@@ -445,6 +452,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-restarts", type=int, default=DEFAULT_MAX_RESTARTS, metavar="N",
                         help=f"restarts of the ingest query after run-time failures before the run fails "
                              f"(default {DEFAULT_MAX_RESTARTS}; detection queries are restarted for ever)")
+    parser.add_argument("--upkeep-every", metavar="INTERVAL",
+                        help="compact, checkpoint and vacuum the pipeline's tables this often while running "
+                             "(default 10m; 0 turns it off; see nightjar/upkeep.py)")
     parser.add_argument("--query", action="append", choices=list(QUERIES), dest="queries",
                         help="run only this part (repeatable; default: all)")
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
@@ -464,6 +474,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if not p.exists():
             raise UserError(f"rules path {p} does not exist", exit_code=2)
     changes = {"fail_on_data_loss": not args.no_fail_on_data_loss, "rules": tuple(args.rules or ())}
+    if args.upkeep_every is not None:
+        try:
+            changes["upkeep_interval_s"] = parse_duration(args.upkeep_every, "--upkeep-every")
+        except ValueError as exc:
+            raise UserError(str(exc), exit_code=2) from None
     if args.max_offsets_per_trigger is not None:
         changes["max_offsets_per_trigger"] = args.max_offsets_per_trigger
     if args.max_record_bytes is not None:
