@@ -181,11 +181,14 @@ def test_sigterm_stops_a_paced_generator_and_a_follower(tmp_path, broker):
 def test_sigterm_stops_a_live_pipeline_and_its_spark_processes(tmp_path, broker):
     lake = tmp_path / "lake"
     log = tmp_path / "run.log"
-    proc = _start(["run", "--bootstrap", broker.bootstrap, "--lake", str(lake), "--trigger", "2s"], log)
+    proc = _start(["run", "--bootstrap", broker.bootstrap, "--lake", str(lake), "--trigger", "2s",
+                   "--upkeep-every", "5s"], log)
     _wait_for(lambda: (lake / "pipeline_progress" / "_delta_log").is_dir(), 240, "a first micro-batch", proc, log)
     started = _terminate_and_check(proc, log, timeout=180)
     assert any("java" in cmd for cmd in started.values()), f"the pipeline ran a Spark JVM: {started}"
-    assert "pipeline stopped" in log.read_text()
+    text = log.read_text()
+    assert "pipeline stopped" in text
+    assert "upkeep: every 5s" in text, "a live run starts the background upkeep"
 
 
 def _cmd(pid: int) -> str:
