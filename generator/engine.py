@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 from generator.benign import Background, Network
 from generator.organization import Organization, build_organization
-from generator.scenarios import SCENARIOS, Incident
+from generator.scenarios import SCENARIOS as RULE_SCENARIOS
+from generator.scenarios import Incident
+from generator.stealth_scenarios import STEALTH_BUDGETS, STEALTH_SCENARIOS
 from generator.timeline import Emitter
 
 WINDOW = 10.0
@@ -28,6 +30,9 @@ MAX_BUDGET = {"ssh_brute_force": 600, "ssh_brute_force_success": 900, "password_
               "sudo_non_admin": 900, "new_country_login": 1800, "mistype_3": 600, "authorized_scanner": 600,
               "backup_beat": 1800}
 MIN_BUDGET = 60.0
+# The stealth scenarios (no rule catches them; the ML models do) run only when asked for by name.
+MAX_BUDGET.update(STEALTH_BUDGETS)
+SCENARIOS = {**RULE_SCENARIOS, **{s.name: s for s in STEALTH_SCENARIOS}}
 
 
 @dataclass

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),
     "backtest": ("alerts.backtest", "run the detection rules in batch over the events history"),
     "score": ("alerts.scoring", "precision, recall and latency of the alerts against the generator's ground truth"),
+    "ml": ("alerts.ml.ml_command", "behavioural/lexical ML models: `ml train`, `ml evaluate`, `ml list`"),
 }
 
 

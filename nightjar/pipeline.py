@@ -225,6 +225,16 @@ class Supervisor:
         if QUERY_DETECT not in self.names:
             return
         self._sync_detection()
+        self._start_ml()
+
+    def _start_ml(self) -> None:
+        """ML scoring (alerts/ml): its own small query, started when a trained model is in the lake; it picks up
+        newer model versions between micro-batches by itself."""
+        from alerts.ml.ml_scoring import QUERY_ML, RULES, models_available, start_ml_scoring
+
+        if QUERY_ML not in self.managed and models_available(self.settings):
+            self._add(Managed(QUERY_ML, lambda: start_ml_scoring(self.spark, self.settings, self.trigger, self.health),
+                              rules=lambda: list(RULES)))
 
     def start_enrichment(self) -> None:
         """The stream-stream enrichment over the events table: ``auth_sessions`` (restarted for ever, like a rule)."""
@@ -330,6 +340,8 @@ class Supervisor:
             self._last_reload = now
             if self.ruleset.reload():
                 self._sync_detection()
+            if QUERY_DETECT in self.names:
+                self._start_ml()  # a first model trained while running starts the ML scoring query
             self.health.report()
 
     @staticmethod

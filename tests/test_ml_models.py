@@ -131,3 +131,31 @@ def test_models_are_versioned_artifacts_and_an_unusable_newer_version_is_refused
     v5 = save(tmp_path, "domain", _bundle(0.9), meta)
     assert tracker.current().version == v5.version == "v0005"
     assert versions(tmp_path, "domain") == ["v0001", "v0002", "v0003", "v0004", "v0005"]
+
+
+def _nightjar(*args: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "nightjar.cli", *args], cwd=Path(__file__).resolve().parents[1],
+                       capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_ml_command_lists_versions_with_their_status_and_refuses_bad_input_in_one_line(tmp_path):
+    feats = list(domain_model.LEXICAL_FEATURES)
+    meta = {"features": feats, "feature_digest": feature_digest(feats), "threshold": 0.5,
+            "training_window": {"from": "2026-01-05 00:00:00", "to": "2026-01-07 00:00:00"}}
+    save(tmp_path, "domain", _bundle(0.5), meta)
+    save(tmp_path, "domain", _bundle(0.5), {**meta, "feature_digest": "0000"})
+    rc, out, err = _nightjar("ml", "list", "--lake", str(tmp_path))
+    assert rc == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("domain     v0001") and lines[0].endswith("usable")
+    assert "v0002" in lines[1] and "refused: trained on another feature set" in lines[1]
+    for args, code, text in ((("ml", "evaluate", "--lake", str(tmp_path / "empty")), 1, "no usable model"),
+                             (("ml", "train", "--from", "yesterday", "--lake", str(tmp_path)), 2, "ISO 8601"),
+                             (("ml", "train", "--generated", str(tmp_path / "nope")), 2, "is not a directory")):
+        rc, out, err = _nightjar(*args)
+        assert rc == code and text in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
