@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from alerts.rule_loader import BUILTIN_RULES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.lake import table_dataset
+from generator.scenarios import ATTACKS
 from ingest.embedded_broker import EmbeddedBroker, free_port
 from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, run_pipeline
 
@@ -66,6 +67,9 @@ def newest_alerts(lake: Path) -> dict[str, dict]:
     return newest
 
 
+# 40,000 events through the whole pipeline: 685 s at load average 17 on the shared 2-core machine (over the 600 s
+# default), so this test gets more room; it still fails on a hung pipeline.
+@pytest.mark.timeout(1800)
 def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raises_the_same_ids(
         spark, broker_for_detections, tmp_path):
     from alerts.backtest import backtest, read_events
@@ -85,7 +89,8 @@ def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raise
     negatives = table_dataset(lake, "ground_truth_negatives").to_table().to_pylist()
     rows = table_dataset(lake, TABLE_ALERTS).to_table().to_pylist()
     scores, summary = score(rows, incidents, negatives)
-    assert len(scores) == 13
+    # every attack scenario ran (Windows brute force and spraying through the EvntSLog agent's 4625s included)
+    assert {s.scenario for s in scores} == set(ATTACKS)
     for s in scores:
         assert s.recall == 1.0, (s.scenario, s.detected, s.incidents)
         assert s.precision >= 0.9, (s.scenario, s.alerts, s.true_alerts)
