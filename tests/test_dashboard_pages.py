@@ -488,3 +488,35 @@ def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_ro
     _wait_for_text(driver, lambda t: "Bulk action on 0 selected alert(s)" in t)
     acked = triage.statuses(pipeline_lake).query("status == 'acknowledged'")
     assert set(acked["alert_id"]) == chosen
+
+
+def test_bench_history_is_time_shifted_copies_in_time_ordered_files(pipeline_lake: Path, tmp_path: Path) -> None:
+    """`bench dashboard --events N` beyond the pipeline's events: copies of them moved back in time, new ids, in
+    files of narrow time ranges — so a window from the pipeline's first event reads what it read before."""
+    import shutil
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from core.lake import row_count
+    from nightjar.benchmarks.bench_dashboard import add_bulk_events
+
+    lake = tmp_path / "lake"
+    shutil.copytree(pipeline_lake, lake)
+    have = row_count(lake, "events")
+    user = alert_queue(lake).query("rule_id == 'new_country_login'")["entity_value"].iloc[0]
+    from dashboard.rule_deploy import events_period
+
+    since = events_period(lake)[0].replace(tzinfo=dt.UTC)  # the pipeline's first event
+    before = entities.login_countries(lake, "user", user, since=since)
+    assert len(before)
+    figures = add_bulk_events(lake, have * 4, parsed=0, rows_per_file=have, log=lambda m: None)
+    assert figures["copies"] == 3 and figures["added"] == have * 3 and row_count(lake, "events") == have * 4
+    events = table_dataset(lake, "events").to_table(columns=["@timestamp", "event"])
+    ids = pa.compute.struct_field(events.column("event"), "id")
+    assert pa.compute.count_distinct(ids).as_py() == have * 4  # every copy has its own event ids
+    actions = pa.table(DeltaTable(str(lake / "events")).get_add_actions(flatten=True)).to_pylist()
+    first = min(a["min.@timestamp"] for a in actions)
+    copies = [a for a in actions if a["max.@timestamp"] < first + dt.timedelta(hours=figures["span_h"] * 3)]
+    assert len(copies) == 3  # one file per copy here, each within its own span, all before the pipeline's events
+    assert entities.login_countries(lake, "user", user, since=since).equals(before)
