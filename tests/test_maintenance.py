@@ -24,3 +24,18 @@ def test_compaction_zorder_and_vacuum_keep_rows_and_app_transactions(spark, lake
     assert write_batch(spark.range(0, 100), path, "pipeline", 5) == 0  # a replay is still skipped
     assert row_count(lake, "bronze") == 600
     assert list((path / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_below_min_files_a_table_is_left_as_it_is_and_at_it_compacted(spark, lake):
+    """The pipeline's upkeep compacts only once a table has `min_files` files: fewer are cheap to read and rewriting
+    them every round would cost I/O for nothing."""
+    path = lake / "events"
+    for batch in range(3):
+        write_batch(spark.range(batch * 10, batch * 10 + 10).coalesce(1), path, "pipeline", batch)  # one file each
+    kept = maintain_table(path, retention_hours=168, min_files=4)
+    assert (kept.files_before, kept.files_after) == (3, 3)
+    write_batch(spark.range(30, 40).coalesce(1), path, "pipeline", 3)
+    compacted = maintain_table(path, retention_hours=168, min_files=4)
+    assert (compacted.files_before, compacted.files_after) == (4, 1)
+    assert compacted.vacuumed == 0  # within the retention period nothing is deleted: readers of old versions keep working
+    assert sorted(table_dataset(lake, "events").to_table()["id"].to_pylist()) == list(range(40))
