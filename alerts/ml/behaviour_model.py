@@ -5,8 +5,8 @@ are unremarkable *in the population* — 100 MB uploaded in an hour is what the 
 SMB to another machine is what every file-server client does, an admin logging in at 23:00 happens. A forest
 fitted on the pooled rows learns "the organization's normal" and isolates the busy servers, not a quiet desktop
 that suddenly uploads 100 MB. What is abnormal is the change against the entity's own history, so the model keeps
-per entity and feature a robust centre and spread (median and MAD of ``log1p`` of the value, over its training
-hours) and scores an hour by its largest one-sided robust z-score (only *more* than usual is suspicious). The
+per entity and feature the most it did in any training hour and a robust spread (MAD of ``log1p`` of the value)
+and scores an hour by its largest one-sided robust z-score above that (only *more* than ever is suspicious). The
 first-seen counters compare the hour's sets with everything the entity did in training: new admin-port peers,
 new destination countries, new login sources and login hosts.
 
@@ -35,7 +35,7 @@ NEW_FEATURES: dict[str, str] = {"peers": "new_admin_peers", "countries": "new_co
 MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change
-NEW_SCALE = 1.0  # one first-seen item is one "unit" of surprise; thresholds are calibrated on held-out history
+NEW_SCALE = 0.5  # one first-seen item is two z units of surprise; thresholds are calibrated on held-out history
 # Counts that only ever matter when higher than usual for the entity (all of them, here): one-sided z-scores.
 
 
@@ -69,7 +69,7 @@ def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]]) -> pd
 
 
 class EntityBaseline(BaseEstimator):
-    """Per-entity robust baseline (median, MAD) of every column but ``entity_key``; score = max one-sided z."""
+    """Per-entity baseline (training maximum, MAD) of every column but ``entity_key``; score = max one-sided z."""
 
     def __init__(self, min_scale: float = MIN_SCALE, new_scale: float = NEW_SCALE) -> None:
         self.min_scale = min_scale
@@ -79,10 +79,13 @@ class EntityBaseline(BaseEstimator):
         values = X.drop(columns=[ENTITY_KEY])
         self.feature_names_ = list(values.columns)
         grouped = values.groupby(X[ENTITY_KEY].to_numpy())
-        centre = grouped.median()
-        spread = (values - centre.loc[X[ENTITY_KEY].to_numpy()].to_numpy()).abs().groupby(
+        median = grouped.median()
+        spread = (values - median.loc[X[ENTITY_KEY].to_numpy()].to_numpy()).abs().groupby(
             X[ENTITY_KEY].to_numpy()).median() * 1.4826
-        self.centre_ = centre
+        # The reference is the most the entity did in any training hour, not its typical hour: entities with a
+        # daily rhythm (the backup server uploads 01:00-04:00 only) are normal at their peak, not 20 z over their
+        # median. The spread (MAD around the median) says how much one unit of excess is.
+        self.centre_ = grouped.max()
         self.scale_ = spread.clip(lower=self.min_scale)
         for new in NEW_FEATURES.values():  # the first-seen counts are already "surprise" units
             if new in self.scale_.columns:

@@ -115,10 +115,3 @@ def fit(names: Iterable[str], holdout: float = 0.25) -> tuple[Pipeline, float, d
     pipeline = build_pipeline().fit(unique)
     return pipeline, threshold, {"names": len(unique), "holdout_names": len(held)}
 
-
-def suspicious(pipeline: Pipeline, threshold: float, domains: Sequence[str]) -> list[tuple[str, float]]:
-    """The names of one host-hour over the threshold, most suspicious first."""
-    names = sorted({d for d in domains if d})
-    scores = score_names(pipeline, names)
-    hits = [(n, round(float(s), 3)) for n, s in zip(names, scores, strict=True) if s > threshold]
-    return sorted(hits, key=lambda x: -x[1])

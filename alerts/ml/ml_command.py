@@ -114,7 +114,7 @@ def train(spark, settings: Settings, generated: Path | None, start: dt.datetime 
     saved = [save(settings.lake, ML_BEHAVIOUR_MODEL, bundle, {
         "features": list(behaviour_model.MODEL_FEATURES), "feature_digest": feature_digest(behaviour_model.MODEL_FEATURES),
         "training_window": window, "threshold": bundle["threshold"], "metrics": metrics,
-        "kind": "per-entity robust baseline (median/MAD of log1p), max one-sided z"})]
+        "kind": "per-entity baseline (training max, MAD of log1p), max one-sided z"})]
     _progress(f"fitting the domain model on {len(names):,} benign names")
     try:
         pipeline, threshold, dmetrics = domain_model.fit(names)
