@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from core.lake import is_delta_table
 from core.process_control import alive, descendants
 from ingest.embedded_broker import free_port, port_is_open
 
@@ -165,15 +166,21 @@ def test_sigterm_stops_the_broker(tmp_path):
 
 
 def test_sigterm_stops_a_paced_generator_and_a_follower(tmp_path, broker):
+    from core.config import ALL_TOPICS, Settings
+    from ingest.embedded_broker import ensure_topics
+
+    ensure_topics(Settings(bootstrap=broker.bootstrap), ALL_TOPICS)  # `alerts tail` follows an existing topic
     lake = tmp_path / "lake"
     gen_log, tail_log = tmp_path / "generate.log", tmp_path / "tail.log"
     gen = _start(["generate", "--rate", "50", "--events", "1000000", "--seed", "2", "--bootstrap", broker.bootstrap,
                   "--lake", str(lake), "--quiet"], gen_log)
     tail = _start(["alerts", "tail", "--bootstrap", broker.bootstrap], tail_log)
-    _wait_for(lambda: (lake / "assets" / "_delta_log").is_dir(), 120, "the generator running", gen, gen_log)
+    # Past the reference tables (the last one written before the first event), the generator is pacing events.
+    _wait_for(lambda: is_delta_table(lake / "iocs"), 120, "the generator running", gen, gen_log)
+    time.sleep(1.0)
     _terminate_and_check(gen, gen_log)
     # Stopped by SIGTERM, the generator still writes the ground truth of what it generated (it was interrupted).
-    assert (lake / "ground_truth" / "_delta_log").is_dir(), gen_log.read_text()[-800:]
+    assert is_delta_table(lake / "ground_truth"), gen_log.read_text()[-800:]
     _terminate_and_check(tail, tail_log)
 
 
