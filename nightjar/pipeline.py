@@ -485,7 +485,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for p in args.rules or []:
         if not p.exists():
             raise UserError(f"rules path {p} does not exist", exit_code=2)
-    changes = {"fail_on_data_loss": not args.no_fail_on_data_loss, "rules": tuple(args.rules or ())}
+    # --rules wins; else NIGHTJAR_RULES (the directory the dashboard's rule lab saves into); else the built-in pack
+    rules = tuple(args.rules) if args.rules else settings.rules
+    changes = {"fail_on_data_loss": not args.no_fail_on_data_loss, "rules": rules}
     if args.upkeep_every is not None:
         try:
             changes["upkeep_interval_s"] = parse_duration(args.upkeep_every, "--upkeep-every")
