@@ -24,6 +24,7 @@ from pathlib import Path
 
 from core.config import Settings
 from core.errors import UserError
+from generator.engine import SCENARIOS as ALL_SCENARIOS
 from generator.engine import Options, Simulation, iso
 from generator.organization import build_organization
 from generator.reference_tables import write_files, write_lake
@@ -111,8 +112,9 @@ def parse_scenarios(text: str | None, count: int, no_attacks: bool) -> dict[str,
             if not item:
                 continue
             name, _, n = item.partition("=")
-            if name not in SCENARIOS:
-                raise UserError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}", exit_code=2)
+            # the stealth scenarios (generator/stealth_scenarios.py, for the ML models) run only when named
+            if name not in ALL_SCENARIOS:
+                raise UserError(f"unknown scenario {name!r}; known: {', '.join(ALL_SCENARIOS)}", exit_code=2)
             try:
                 names[name] = int(n) if n else count
             except ValueError:
@@ -120,7 +122,7 @@ def parse_scenarios(text: str | None, count: int, no_attacks: bool) -> dict[str,
             if names[name] < 0:
                 raise UserError(f"scenario count in {item!r} is negative", exit_code=2)
     if no_attacks:
-        names = {n: c for n, c in names.items() if not SCENARIOS[n].attack}
+        names = {n: c for n, c in names.items() if not ALL_SCENARIOS[n].attack}
     return {n: c for n, c in names.items() if c > 0}
 
 
@@ -222,7 +224,7 @@ def summary(by_source: Counter, by_scenario: Counter, attacks: list, negatives: 
     lines.append(f"incidents: {len(attacks)} attacks, {len(negatives)} hard negatives (events per scenario):")
     per = Counter(r["scenario"] for r in attacks + negatives)
     for scen, c in sorted(by_scenario.items()):
-        label = "" if SCENARIOS[scen].attack else "  (hard negative)"
+        label = "" if ALL_SCENARIOS[scen].attack else "  (hard negative)"
         lines.append(f"  {scen:<26} {per.get(scen, 0):>3} incident(s) {c:>8,} events{label}")
     if cut:
         lines.append(f"not in the ground truth (cut off by the end of the run): {', '.join(cut)}")

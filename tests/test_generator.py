@@ -597,3 +597,17 @@ def test_an_unpaced_run_to_kafka_replays_the_recent_past_ending_now():
     end = start + _simulated_span(replace(opts, start=start), org)
     assert start < now - 600 and abs(end - now) <= 120, (now - start, end - now)
     assert start_ending_now(replace(opts, events=None, duration=900.0), org, now) == now - 900
+
+
+def test_stealth_scenarios_run_only_when_named_and_are_accepted_by_name():
+    """`generate --scenarios slow_lateral_movement` must work (the ML evaluation needs it), while a run that names no
+    scenario keeps the rule scenarios only (the rule pack is silent on the stealth ones by design)."""
+    from generator.command import parse_scenarios
+    from generator.scenarios import SCENARIOS as RULE_SCENARIOS
+    from generator.stealth_scenarios import STEALTH_NAMES
+
+    default = parse_scenarios(None, 1, no_attacks=False)
+    assert set(default) == set(RULE_SCENARIOS) and not set(default) & set(STEALTH_NAMES)
+    named = parse_scenarios(",".join(f"{n}=2" for n in STEALTH_NAMES), 1, no_attacks=False)
+    assert named == {n: 2 for n in STEALTH_NAMES}
+    assert parse_scenarios(STEALTH_NAMES[0], 1, no_attacks=True) == {}  # they are attacks
