@@ -233,7 +233,7 @@ def _alert_frame(rows: list[dict], lake: Path) -> pd.DataFrame:
         return pd.DataFrame(columns=ALERT_COLUMNS)
     df = pd.DataFrame([{**r, "entity_type": r["entity"]["type"], "entity_value": r["entity"]["value"]} for r in rows])
     for col in ("first_seen", "last_seen"):
-        df[col] = pd.to_datetime(df[col], utc=True).dt.tz_localize(None)
+        df[col] = pd.to_datetime(df[col], utc=True, format="ISO8601").dt.tz_localize(None)
     verdicts = {}
     if has_table(lake, TABLE_ALERT_TRIAGE):
         from dashboard.triage import statuses

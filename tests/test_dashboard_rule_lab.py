@@ -155,3 +155,18 @@ def test_a_backtest_of_a_rule_the_loader_refuses_gives_the_loaders_message(tmp_p
     assert not res.ok and res.alerts.empty
     assert res.problem.startswith("lab.yml: rule 'lab_failed_password':") and "\n" not in res.problem, res.problem
     assert "nightjar-rule-lab" not in res.problem  # the temporary directory is not shown
+
+
+def test_backtest_alert_times_with_and_without_fractions_both_parse(tmp_path):
+    """`nightjar backtest --json` writes ISO times with microseconds only when they are not zero; pandas guessed the
+    format from the first row and the rule lab page crashed on the second (seen in CI)."""
+    from dashboard.rule_deploy import _alert_frame
+
+    def row(i: int, first: str, last: str) -> dict:
+        return {"alert_id": f"a{i}", "rule_id": "r", "entity": {"type": "ip", "value": "10.0.0.1"},
+                "first_seen": first, "last_seen": last}
+
+    df = _alert_frame([row(1, "2026-11-24T10:21:59.250000Z", "2026-11-24T10:22:00.500000Z"),
+                       row(2, "2026-11-24T10:22:01Z", "2026-11-24T10:22:03Z")], tmp_path)
+    assert [t.isoformat() for t in df["first_seen"]] == ["2026-11-24T10:21:59.250000", "2026-11-24T10:22:01"]
+    assert str(df["last_seen"].iloc[1]) == "2026-11-24 10:22:03"
