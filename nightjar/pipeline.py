@@ -366,6 +366,8 @@ class Supervisor:
         log.error("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
 
     def stop(self) -> None:
+        if self.recorder is not None:
+            self.recorder.stopping = True
         for m in self.managed.values():
             try:
                 if m.query is not None and m.query.isActive:

@@ -89,6 +89,7 @@ class ProgressRecorder(StreamingQueryListener):
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
         self.failures: dict[str, str] = {}
+        self.stopping = False  # set when the run stops its queries: an error then is the interruption itself
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
 
@@ -116,7 +117,10 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         if event.exception:
             self.failures[str(event.id)] = event.exception
-            log.error("query %s failed: %s", event.id, summarize_query_error(event.exception))
+            if self.stopping:  # e.g. a batch interrupted while planning by SIGTERM: replayed next run, not a fault
+                log.info("query %s ended while stopping: %s", event.id, summarize_query_error(event.exception))
+            else:
+                log.error("query %s failed: %s", event.id, summarize_query_error(event.exception))
         else:
             log.info("query %s stopped", event.id)
         self.flush()
