@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from alerts.alert_schema import ALERT_SCHEMA, SEVERITIES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.errors import UserError
+from core.fault_points import fault_point
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -412,7 +413,9 @@ def publish_alerts(alerts: DataFrame | pa.Table | Iterable[Mapping[str, Any]], s
         log.warning("alerts: batch %d has %d alerts (> %d): a rule fires far too broadly; tune or suppress it",
                     batch_id, len(rows), LARGE_BATCH)
     produce_alerts(rows, settings, topic, timeout_s)
+    fault_point("alerts.after_publish")
     write_alert_rows(rows, settings, app_id, batch_id)
+    fault_point("alerts.after_commit")
     updates = sum(1 for r in rows if r["revision"] > 1)
     log.info("alerts: batch %d published %d alerts (%d new, %d updates) to %s and the %s table (%.2fs)", batch_id,
              len(rows), len(rows) - updates, updates, topic, TABLE_ALERTS, time.monotonic() - started)

@@ -31,6 +31,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from core.fault_points import fault_point
+
 log = logging.getLogger(__name__)
 
 FILE_META_SCHEMA = "path string, size long, rows long, stats string"
@@ -148,6 +150,7 @@ def write_batch(df: DataFrame, path: Path, app_id: str, batch_id: int, partition
         # A replay of this batch id also writes nothing, so recording it is unnecessary.
         return 0
     table = DeltaTable(str(path))
+    fault_point("delta.before_commit")
     table.create_write_transaction(
         actions,
         mode="append",
@@ -155,6 +158,7 @@ def write_batch(df: DataFrame, path: Path, app_id: str, batch_id: int, partition
         partition_by=partition_by,
         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
     )
+    fault_point("delta.after_commit")
     log.info("%s: batch %d committed %d rows in %d files (%.2fs)", path.name, batch_id, rows, len(actions),
              time.monotonic() - started)
     return rows

@@ -52,6 +52,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from pyspark.sql.types import StructType
 
 from core.config import RAW_TOPICS, Settings
+from core.fault_points import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -379,6 +380,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- data (executors) ----------------------------------------------------------------------------
 
     def read(self, partition: KafkaPartitionRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        fault_point("kafka.read")
         yield from read_range(self.options, partition)
 
     def commit(self, end: Offsets) -> None:

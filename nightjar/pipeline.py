@@ -54,6 +54,7 @@ from core.config import (
 )
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
+from core.fault_points import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                 write_batch(sessions_from(unified), paths[TABLE_DHCP_SESSIONS], app(TABLE_DHCP_SESSIONS), batch_id)
                 if detector is not None:
                     detector(events, batch_id, lambda: batch_time(unified))
+                fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
             finally:
                 events.unpersist()
         finally:
