@@ -82,6 +82,11 @@ class AlertFolder:
         self.settings, self.app_id = settings, app_id
         self.builder = AlertBuilder(rules, open_alerts(settings.lake, set(rules)))
 
+    @property
+    def held(self) -> int:
+        """Open alerts held in memory (bounded: the builder drops those whose suppression span has passed)."""
+        return len(self.builder.open)
+
     def set_rules(self, rules: dict[str, RuleMeta]) -> None:
         known = set(self.builder.rules)
         self.builder.rules = rules
@@ -380,7 +385,8 @@ class SingleEventDetector:
         published = self.folder.process(rows, batch_id, at) if rows else []
         self.ruleset.health.batch_done(self.QUERY, ids, at, {a["rule_id"] for a in published})
         if published:
-            log.info("ingest batch %d: %d alert revision(s) from single-event rules", batch_id, len(published))
+            log.info("ingest batch %d: %d alert revision(s) from single-event rules; %d open alert(s) held", batch_id,
+                     len(published), self.folder.held)
         return len(published)
 
 
@@ -421,7 +427,8 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
         published = folder.process(rows, batch_id, at) if rows else []
         ruleset.health.batch_done(name, ids, at, {a["rule_id"] for a in published})
         if published:
-            log.info("%s batch %d: %d alert revision(s)", name, batch_id, len(published))
+            log.info("%s batch %d: %d alert revision(s); %d open alert(s) held", name, batch_id, len(published),
+                     folder.held)
 
     events = detection_input(events_stream(spark, settings, ruleset.schema), observe_as=name)
     events = events.withWatermark(EVENT_TIME_COLUMN, settings.detection_watermark)

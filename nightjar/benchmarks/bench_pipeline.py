@@ -918,12 +918,18 @@ def _ms(ms: int | None) -> str:
     return "-" if ms is None else f"{ms / 1000:.1f}s"
 
 
-def _print_lag_table(out: Out, samples: list[dict[str, Any]], every_s: float = 15.0) -> list[dict[str, Any]]:
+def every(samples: list[dict[str, Any]], every_s: float) -> list[dict[str, Any]]:
+    """One sample per ``every_s`` seconds of ``t`` (and the last one): the rows of a table over time."""
     shown, last = [], None
     for s in samples:
         if last is None or s["t"] - last >= every_s - 0.01 or s is samples[-1]:
             shown.append(s)
             last = s["t"]
+    return shown
+
+
+def _print_lag_table(out: Out, samples: list[dict[str, Any]], every_s: float = 15.0) -> list[dict[str, Any]]:
+    shown = every(samples, every_s)
     out.say(f"  {'t':>5} {'produced':>10} {'ingested':>10} {'ingest lag':>10} {'windowed lag':>12} "
             f"{'state ingest':>12} {'state windowed':>14} {'batch i/w':>11} {'driver':>7} {'jvm':>7} "
             f"{'workers':>8} {'load1':>6}")
@@ -1303,12 +1309,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserError(f"--json {args.json}: directory {Path(args.json).parent} does not exist", exit_code=2)
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    _validate(args)
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        raise UserError("bench pipeline needs psutil in the environment (pip install psutil)") from None
+def run_bench(args: argparse.Namespace, settings: Settings, name: str, body, bench_cls: type[Bench] = Bench) -> int:
+    """The harness every whole-pipeline benchmark shares: SIGTERM acts as Ctrl-C, everything started is stopped, the
+    work directory is removed unless ``--keep-lake``, and the report goes to ``--json``. ``body(bench, report)``
+    fills the report."""
     if settings.bootstrap:
         Out.status(f"note: --bootstrap {settings.bootstrap} ignored: the benchmark starts its own embedded broker "
                    "so that the topics hold only its records")
@@ -1319,14 +1323,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
-    bench = Bench(args, settings)
-    report: dict[str, Any] = {"benchmark": "pipeline", "mode": args.mode, "started_at": dt.datetime.now(dt.UTC).isoformat(),
+    bench = bench_cls(args, settings)
+    report: dict[str, Any] = {"benchmark": name, "started_at": dt.datetime.now(dt.UTC).isoformat(),
                               "machine": {"cpus": os.cpu_count(), "spark_master": settings.spark_master},
                               "workdir": str(bench.workdir)}
-    modes = ("drained", "live", "step-up") if args.mode == "all" else (args.mode,)
     try:
-        for mode in modes:
-            report[mode.replace("-", "_")] = {"drained": drained, "live": live, "step-up": step_up}[mode](bench)
+        body(bench, report)
     finally:
         bench.close()
         signal.signal(signal.SIGTERM, previous)
@@ -1343,3 +1345,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         Path(args.json).write_text(json.dumps(report, default=str, indent=1) + "\n")
         Out.status(f"JSON written to {args.json}")
     return 0
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    _validate(args)
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        raise UserError("bench pipeline needs psutil in the environment (pip install psutil)") from None
+
+    def body(bench: Bench, report: dict[str, Any]) -> None:
+        report["mode"] = args.mode
+        modes = ("drained", "live", "step-up") if args.mode == "all" else (args.mode,)
+        for mode in modes:
+            report[mode.replace("-", "_")] = {"drained": drained, "live": live, "step-up": step_up}[mode](bench)
+
+    return run_bench(args, settings, "pipeline", body)

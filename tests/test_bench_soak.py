@@ -1,0 +1,137 @@
+"""``nightjar bench soak``: the figures it samples and the verdicts it prints (issue #16).
+
+The hour-long run itself is a benchmark, not a test; here each piece is checked on real Delta tables and on
+samples whose answer is known, so a wrong count or a wrong verdict fails.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from nightjar.benchmarks.bench_soak import (
+    SLACK,
+    dir_size,
+    open_alerts_held,
+    operator_state,
+    table_files,
+    verdicts,
+)
+from nightjar.progress_recorder import PROGRESS_SCHEMA
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _sample(t: float, jvm: float, state: int, files: int = 3) -> dict:
+    return {"t": t, "driver_mib": 300.0, "jvm_mib": jvm, "workers_mib": 900.0, "workers": 4, "ingest_lag": 10,
+            "windowed_lag": 0, "state": {"windowed/stateStoreSave#0": state},
+            "tables": {"events": {"active_files": files, "parquet_on_disk": files, "log_files": 2, "rows": 1}},
+            "checkpoint_bytes": 1000, "checkpoint_files": 40, "open_alerts": {"windowed": 5}}
+
+
+def test_verdicts_call_flat_what_is_flat_and_growth_what_grows() -> None:
+    # 60 samples a minute apart; warm-up 10 min. JVM memory climbs 20 MiB a minute (1.2 GiB an hour); state stays
+    # near 5,000 rows with noise; files grow 2 per minute (no compaction).
+    samples = [_sample(60.0 * i, 2000 + 20 * i, 5000 + (i % 3) * 100, 3 + 2 * i) for i in range(60)]
+    rows = {r["figure"]: r for r in verdicts(samples, warmup_s=600, tolerance=0.25)}
+    assert not rows["rss jvm"]["flat"]
+    assert rows["rss jvm"]["slope_per_h"] == pytest.approx(1200.0, rel=0.01)
+    assert rows["state windowed/stateStoreSave#0"]["flat"]
+    assert rows["rss driver"]["flat"] and rows["rss driver"]["slope_per_h"] == 0.0
+    assert not rows["files events (active)"]["flat"]
+    assert rows["files events (log)"]["flat"]
+    # the first fifth after warm-up is minutes 10..19: the mean is exact
+    assert rows["rss jvm"]["first"] == pytest.approx(2000 + 20 * 14.5)
+    # warm-up samples are not judged: a spike before it does not count
+    spiky = [_sample(60.0 * i, 9000 if i < 5 else 2000, 5000) for i in range(60)]
+    assert {r["figure"]: r for r in verdicts(spiky, 600, 0.25)}["rss jvm"]["max"] == 2000
+
+
+def test_small_absolute_changes_are_not_growth() -> None:
+    # 3 -> 5 files is +67 %, but within the allowance for files
+    samples = [_sample(60.0 * i, 2000, 5000, files=3 if i < 40 else 5) for i in range(60)]
+    rows = {r["figure"]: r for r in verdicts(samples, 600, 0.25)}
+    assert rows["files events (active)"]["flat"]
+    assert SLACK["files"] >= 2
+
+
+def test_table_files_counts_active_superseded_and_log_files(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    for i in range(3):
+        write_deltalake(str(path), pa.table({"x": list(range(i * 10, i * 10 + 10))}), mode="append")
+    before = table_files(path)
+    assert before == {"active_files": 3, "rows": 30, "parquet_on_disk": 3, "log_files": 3}
+    DeltaTable(str(path)).optimize.compact()
+    after = table_files(path)
+    # compaction: one active file, the three it replaced stay on disk until vacuum, one more commit in the log
+    assert after["active_files"] == 1 and after["rows"] == 30
+    assert after["parquet_on_disk"] == 4 and after["log_files"] == 4
+    assert table_files(tmp_path / "missing") == {"active_files": 0, "rows": 0, "parquet_on_disk": 0, "log_files": 0}
+
+
+def test_dir_size_adds_every_file(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "one").write_bytes(b"x" * 100)
+    (tmp_path / "a" / "b" / "two").write_bytes(b"y" * 23)
+    assert dir_size(tmp_path) == (123, 2)
+
+
+def test_operator_state_reads_the_newest_progress_row_of_each_query(tmp_path: Path) -> None:
+    def row(query: str, batch: int, ops: list[tuple[str, int]]) -> dict:
+        progress = {"stateOperators": [{"operatorName": n, "numRowsTotal": r} for n, r in ops]}
+        return {"query_name": query, "query_id": "q", "run_id": "r", "batch_id": batch,
+                "timestamp": dt.datetime(2026, 11, 24, tzinfo=dt.UTC), "progress_json": json.dumps(progress)}
+
+    rows = [row("windowed", 7, [("stateStoreSave", 900)]), row("windowed", 8, [("stateStoreSave", 1200)]),
+            row("ingest", 3, [("applyInPandasWithState", 40), ("dedupe", 11)]),
+            row("windowed", 5, [("stateStoreSave", 50)])]
+    table = pa.Table.from_pylist(rows, schema=PROGRESS_SCHEMA)
+    write_deltalake(str(tmp_path / "pipeline_progress"), table)
+    assert operator_state(tmp_path) == {"windowed/stateStoreSave#0": 1200, "ingest/applyInPandasWithState#0": 40,
+                                        "ingest/dedupe#1": 11}
+
+
+def test_open_alerts_held_reads_the_pipelines_own_log_lines(tmp_path: Path) -> None:
+    # Written through the detection module's own logger and format, as `nightjar run` logs them.
+    log_path = tmp_path / "run.log"
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("alerts.detection_stream")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("ingest batch %d: %d alert revision(s) from single-event rules; %d open alert(s) held", 3, 2, 9)
+        logger.info("%s batch %d: %d alert revision(s); %d open alert(s) held", "windowed", 4, 1, 30)
+        logger.info("%s batch %d: %d alert revision(s); %d open alert(s) held", "windowed", 9, 4, 12)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        handler.close()
+    assert open_alerts_held(log_path) == {"ingest": 9, "windowed": 12}
+    assert open_alerts_held(tmp_path / "none.log") == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hours", "0"], "--hours must be positive"),
+        (["--hours", "1", "--warmup-minutes", "90"], "--warmup-minutes must be shorter than --hours"),
+        (["--upkeep-every", "soon"], "--upkeep-every must be a duration like"),
+        (["--hosts", "3"], "--hosts must be at least 12"),
+    ],
+)
+def test_bad_arguments_are_one_line_exit_2(args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "nightjar.cli", "bench", "soak", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
