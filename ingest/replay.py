@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +35,8 @@ from pathlib import Path
 
 from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+
+log = logging.getLogger(__name__)
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _RFC5424 = re.compile(rb"^(<[0-9]{1,3}>[1-9][0-9]{0,2} )(\S+)")
@@ -243,11 +248,16 @@ class Result:
     reported: int = 0
     offset: dt.timedelta | None = None
     seconds: float = 0.0
+    interrupted: bool = False  # stopped by Ctrl-C or SIGTERM; what was sent before is flushed and delivered
 
 
 def replay(settings: Settings, paths: list[Path], rate: float | None = None, shift_to_now: bool = False,
-           progress: bool = True, now: dt.datetime | None = None, err=None) -> Result:
+           progress: bool = True, now: dt.datetime | None = None, err=None,
+           stop: threading.Event | None = None) -> Result:
     """Send every line of ``paths`` to its raw topic; returns what was sent and delivered.
+
+    When ``stop`` is set the replay stops before the next line, and still flushes and counts what it produced (a
+    flag, not an exception: raised inside a delivery callback, an exception would lose that callback's count).
 
     Raises :class:`UserError` when Kafka cannot be reached or a record was not delivered.
     """
@@ -277,7 +287,12 @@ def replay(settings: Settings, paths: list[Path], rate: float | None = None, shi
     started = time.monotonic()
     n = 0
     for path in paths:
+        if result.interrupted:
+            break
         for number, raw in read_lines(path):
+            if stop is not None and stop.is_set():  # Ctrl-C or SIGTERM: deliver what was produced, say how far
+                result.interrupted = True
+                break
             value, problem = raw, unreadable(raw)
             if problem is None and result.offset is not None:
                 stamp = find_stamp(raw, year)
@@ -298,7 +313,7 @@ def replay(settings: Settings, paths: list[Path], rate: float | None = None, shi
             result.sent[topic] += 1
             n += 1
             if rate:  # pace to the wall clock, catching up after a stall instead of drifting
-                while (ahead := n / rate - (time.monotonic() - started)) > 0:
+                while (ahead := n / rate - (time.monotonic() - started)) > 0 and not (stop and stop.is_set()):
                     producer.poll(min(ahead, 0.5))
             elif n % 10_000 == 0:
                 producer.poll(0)
@@ -319,11 +334,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for path in paths:
         if not path.is_file():
             raise UserError(f"{path}: no such file", exit_code=2)
-    result = replay(settings, paths, args.rate, args.shift_to_now, progress=not args.quiet)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:  # `kill PID`, a service manager, `docker stop`, Ctrl-C
+        log.info("received %s: stopping after the lines sent so far", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = replay(settings, paths, args.rate, args.shift_to_now, progress=not args.quiet, stop=stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     shift = ""
     if result.offset is not None:
         shift = f", timestamps shifted by {result.offset.total_seconds():+,.0f} s"
     print(f"replayed {result.delivered:,} lines ({result.sent[TOPIC_RAW_SYSLOG]:,} to {TOPIC_RAW_SYSLOG}, "
           f"{result.sent[TOPIC_RAW_ZEEK]:,} to {TOPIC_RAW_ZEEK}; {result.reported:,} reported on stderr) "
-          f"to {settings.bootstrap_servers} in {result.seconds:.1f} s{shift}")
-    return 0
+          f"to {settings.bootstrap_servers} in {result.seconds:.1f} s{shift}"
+          + (": interrupted before the end of the input" if result.interrupted else ""))
+    return 130 if result.interrupted else 0

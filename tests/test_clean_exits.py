@@ -203,3 +203,30 @@ def _cmd(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_sigterm_stops_a_paced_replay_after_delivering_what_it_sent(tmp_path, broker):
+    """A paced replay stopped by SIGTERM flushes what it produced, says how far it got and exits 130: every line it
+    reports as replayed is on the topic, none more."""
+    import re
+    import uuid
+
+    from core.config import TOPIC_RAW_SYSLOG
+    from tests.test_replay import consume_all
+
+    marker = uuid.uuid4().hex[:12]
+    capture = tmp_path / "auth.log"
+    capture.write_text("".join(f"<38>Mar 24 16:00:{i % 60:02d} host-{marker} sshd[{i}]: Failed password for root "
+                               f"from 10.0.0.6 port {i} ssh2\n" for i in range(2000)))
+    log = tmp_path / "replay.log"
+    proc = _start(["replay", str(capture), "--rate", "20", "--bootstrap", broker.bootstrap], log)
+    _wait_for(lambda: re.search(r"replay \[#*\s*\] [1-9]\d*/2,000", log.read_text()), 120, "lines sent", proc, log)
+    time.sleep(1.0)
+    _terminate_and_check(proc, log)
+    assert proc.returncode == 130, log.read_text()[-800:]
+    summary = re.search(r"replayed (\d+) lines .*: interrupted before the end of the input", log.read_text())
+    assert summary, log.read_text()[-800:]
+    sent = int(summary[1])
+    assert 0 < sent < 2000
+    got = consume_all(broker.bootstrap, TOPIC_RAW_SYSLOG, marker.encode(), 2000, timeout=10)
+    assert len(got) == sent
