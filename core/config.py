@@ -213,4 +213,6 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
     for key, value in overrides.items():
         if value is not None:
             values[key] = Path(value) if key == "lake" else value
+    # Absolute from here on: on a cluster the lake path travels to executors, whose working directory is not ours.
+    values["lake"] = Path(values.get("lake", Settings.lake)).absolute()  # type: ignore[arg-type]
     return Settings(**values)  # type: ignore[arg-type]

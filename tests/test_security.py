@@ -145,3 +145,12 @@ def test_a_run_with_credentials_keeps_them_out_of_logs_progress_and_lake(broker,
     # Owner-only, checkpoints included.
     assert _mode(lake) == 0o700 and _mode(lake / "_checkpoints") & 0o077 == 0
     assert [p for p in lake.rglob("*") if _mode(p) & 0o077] == []
+
+
+def test_a_relative_lake_is_made_absolute_for_executors(tmp_path, monkeypatch):
+    # Executors on a cluster run in their own working directories: a relative lake path would point elsewhere there.
+    monkeypatch.chdir(tmp_path)
+    assert settings_from_env({}).lake == tmp_path / "lake"
+    assert settings_from_env({"NIGHTJAR_LAKE": "data/lake"}).lake == tmp_path / "data" / "lake"
+    assert settings_from_env({}, lake="other").lake == tmp_path / "other"
+    assert settings_from_env({}, lake="/srv/lake").lake == Path("/srv/lake")
