@@ -67,6 +67,36 @@ DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the 
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
 
 
+class InterruptedBatchFilter(logging.Filter):
+    """Once the run stops its queries, py4j's "exception while executing the Python Proxy" ERROR with a Java
+    ``InterruptedException`` traceback is the micro-batch that the stop interrupted: nothing failed, and the next run
+    replays that batch from its checkpoint. The record becomes one INFO line saying so; before the stop such a
+    record is a real failure and stays as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopping = threading.Event()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.stopping.is_set() and record.exc_info and "InterruptedException" in _text(record.exc_info[1]):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = ("a micro-batch was interrupted by the stop; the next run replays it from its "
+                                       "checkpoint"), ()
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _text(exc: BaseException | None) -> str:
+    try:  # a Py4JJavaError asks the JVM for its text, which may be going away
+        return str(exc)
+    except Exception:
+        return ""
+
+
+INTERRUPTED_BATCHES = InterruptedBatchFilter()
+logging.getLogger("py4j.clientserver").addFilter(INTERRUPTED_BATCHES)
+
+
 @dataclass(frozen=True)
 class Trigger:
     """How often micro-batches run: ``available_now`` (drain and stop) or a processing-time interval."""
@@ -202,6 +232,7 @@ class Supervisor:
         from alerts.rule_loader import BUILTIN_RULES
 
         self.spark, self.settings, self.trigger, self.names = spark, settings, trigger, names
+        INTERRUPTED_BATCHES.stopping.clear()  # a new run in the same process (tests, the demo): not stopping yet
         self.recorder = recorder
         self.poll_s = poll_s
         self.max_restarts = max_restarts
@@ -327,6 +358,7 @@ class Supervisor:
             if m.query.isActive:
                 if self.trigger.available_now and m.name == QUERY_INGEST and self._drained(m.query):
                     log.info("ingest: input drained and waiting events released: stopping the query")
+                    INTERRUPTED_BATCHES.stopping.set()
                     m.query.stop()  # between two micro-batches: the next one is up to DRAIN_TRIGGER away
                     m.done = True
                 continue
@@ -368,6 +400,7 @@ class Supervisor:
         log.error("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
 
     def stop(self) -> None:
+        INTERRUPTED_BATCHES.stopping.set()
         if self.recorder is not None:
             self.recorder.stopping = True
         for m in self.managed.values():

@@ -146,3 +146,26 @@ def test_a_drain_writes_every_event_and_alerts_on_a_scan_by_a_host_without_a_lea
     scans = [a for a in table_dataset(lake, TABLE_ALERTS).to_table().to_pylist()
              if a["rule_id"] == "port_scan_vertical"]
     assert [(a["entity"]["value"], a["event_count"]) for a in scans] == [("10.10.1.77", 60)]
+
+
+def test_a_batch_interrupted_by_the_stop_is_one_info_line_and_a_real_failure_stays_an_error():
+    import logging
+
+    from nightjar.pipeline import InterruptedBatchFilter
+
+    def record(exc: BaseException) -> logging.LogRecord:
+        return logging.LogRecord("py4j.clientserver", logging.ERROR, __file__, 1,
+                                 "There was an exception while executing the Python Proxy on the Python Side.", (),
+                                 (type(exc), exc, None))
+
+    interrupted = RuntimeError("An error occurred while calling o68781.collectToPython.\n: "
+                               "java.lang.InterruptedException\n\tat java.base/java.util.concurrent.CompletableFuture")
+    f = InterruptedBatchFilter()
+    before = record(interrupted)
+    assert f.filter(before) and before.levelno == logging.ERROR and before.exc_info  # not stopping: a failure
+    f.stopping.set()
+    after = record(interrupted)
+    assert f.filter(after)
+    assert after.levelno == logging.INFO and after.exc_info is None and "replays it" in after.getMessage()
+    other = record(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
+    assert f.filter(other) and other.levelno == logging.ERROR and other.exc_info  # a real error stays an error
