@@ -1,4 +1,5 @@
-"""``auth_sessions``: every SSH login joined with the network's view of the same connection — a stream-stream join.
+"""``auth_sessions``: every SSH login and Windows network logon joined with the network's view of the same
+connection — a stream-stream join.
 
 A host log says *who* logged in (sshd ``Accepted password for bob from 10.10.0.23 port 50022``); Zeek says what the
 connection did (``conn``: duration, bytes each way, ``community_id``; ``ssh``: its own verdict ``auth_success``, the
@@ -6,6 +7,12 @@ client software). Neither alone answers "how long was bob's session and how much
 TCP connection, so the join is one-to-one: the login's client address and port, and the server's address (from the
 ``assets`` table: sshd does not log the address it answered on), equal Zeek's ``id.orig_h``/``id.orig_p`` and
 ``id.resp_h``, and the Zeek record's time (the connection's start) lies within ±:data:`JOIN_RANGE` of the login.
+
+Windows network logons are the same shape: a 4624 of logon type 3 (Network: an SMB share, 445) or 10
+(RemoteInteractive: RDP, 3389) carries the client's Source Network Address and Source Port, so it joins the Zeek
+``conn`` record of that connection the same way. Each login carries its ``service`` (``ssh``, ``smb``, ``rdp``) and
+a Zeek record joins only a login of its own service (by the server port, :data:`SERVICE_PORTS`): a Windows logon
+never takes an SSH flow, and there is no Zeek ``ssh`` record for it.
 
 Two left outer stream-stream joins, chained: logins ⟕ conn, then ⟕ ssh. Every input has a watermark on its event
 time (:data:`~core.config.DEFAULT_AUTH_SESSIONS_WATERMARK`), so Spark drops a buffered row once no future row of the
@@ -34,31 +41,52 @@ QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # the query is named after the table 
 APP_ID = f"nightjar.{QUERY_AUTH_SESSIONS}"
 JOIN_RANGE = "2 minutes"  # a Zeek record belongs to a login when it started within this of the login
 SSH_PORT = 22
+# The login's service -> the server ports whose Zeek conn records can be its connection.
+SERVICE_PORTS: dict[str, tuple[int, ...]] = {"ssh": (SSH_PORT,), "smb": (445,), "rdp": (3389,)}
+# Windows logon types (winlog.logon.type, Elastic's names) that arrive over the network, and their service.
+WINDOWS_NETWORK_LOGONS = {"Network": "smb", "RemoteInteractive": "rdp"}
 
-# The auth_sessions table, one row per login (flat columns, like dhcp_sessions: a derived table, not events).
+# The auth_sessions table, one row per login (``service`` last: it came later, and Delta appends new columns) (flat columns, like dhcp_sessions: a derived table, not events).
 COLUMNS = ("login_time", "event_id", "host_name", "user_name", "auth_method", "client_ip", "client_port",
            "server_ip", "server_port", "matched", "flow_start", "zeek_uid", "duration_s", "bytes_out", "bytes_in",
-           "zeek_auth_success", "client_software", "server_software", "community_id")
+           "zeek_auth_success", "client_software", "server_software", "community_id", "service")
 
 
 def _logins(events: DataFrame) -> DataFrame:
-    """Successful sshd logins (``Accepted …``): the only sshd line that is one per connection."""
+    """Successful sshd logins (``Accepted …``: the only sshd line that is one per connection) and Windows network
+    logons (4624 of type Network / RemoteInteractive with a client port: one per SMB or RDP connection)."""
+    is_ssh = (F.col("event.dataset") == F.lit("system.auth")) & (F.col("event.action") == F.lit("ssh_login"))
+    logon_type = F.col("winlog.logon.type")
+    is_windows = ((F.col("event.dataset") == F.lit("windows.security")) & (F.col("event.code") == F.lit("4624"))
+                  & logon_type.isin(*WINDOWS_NETWORK_LOGONS) & (F.col("source.port") > F.lit(0)))
+    service = F.when(is_ssh, F.lit("ssh"))
+    for name, svc in WINDOWS_NETWORK_LOGONS.items():
+        service = service.when(logon_type == F.lit(name), F.lit(svc))
+    method = F.when(is_ssh, F.col("system.auth.ssh.method")).otherwise(
+        F.lower(F.try_element_at(F.col("winlog.event_data"), F.lit("AuthenticationPackageName"))))
     return (events
-            .where((F.col("event.dataset") == F.lit("system.auth")) & (F.col("event.action") == F.lit("ssh_login"))
-                   & (F.col("event.outcome") == F.lit("success")) & F.col("source.ip").isNotNull()
-                   & F.col("source.port").isNotNull() & F.col("`@timestamp`").isNotNull())
+            .where((is_ssh | is_windows) & (F.col("event.outcome") == F.lit("success"))
+                   & F.col("source.ip").isNotNull() & F.col("source.port").isNotNull()
+                   & F.col("`@timestamp`").isNotNull())
             .select(F.col("`@timestamp`").alias("login_time"), F.col("event.id").alias("event_id"),
                     F.col("host.name").alias("host_name"), F.col("user.name").alias("user_name"),
-                    F.col("system.auth.ssh.method").alias("auth_method"), F.col("source.ip").alias("client_ip"),
-                    F.col("source.port").cast("int").alias("client_port")))
+                    method.alias("auth_method"), F.col("source.ip").alias("client_ip"),
+                    F.col("source.port").cast("int").alias("client_port"), service.alias("service")))
 
 
-def _zeek(events: DataFrame, path: str, prefix: str, extra: dict[str, Column]) -> DataFrame:
-    """Zeek ``path`` records of SSH connections (server port 22): their 4-tuple, start time and ``extra``."""
+def _zeek(events: DataFrame, path: str, prefix: str, extra: dict[str, Column], services: tuple[str, ...]) -> DataFrame:
+    """Zeek ``path`` records of connections to the server ports of ``services``: their 4-tuple, start time, service
+    (:data:`SERVICE_PORTS`) and ``extra``."""
+    port = F.col("destination.port")
+    service = None
+    for svc in services:
+        is_svc = port.isin(*SERVICE_PORTS[svc])
+        service = F.when(is_svc, F.lit(svc)) if service is None else service.when(is_svc, F.lit(svc))
     return (events
-            .where((F.col("event.dataset") == F.lit(f"zeek.{path}")) & (F.col("destination.port") == SSH_PORT)
+            .where((F.col("event.dataset") == F.lit(f"zeek.{path}")) & service.isNotNull()
                    & F.col("source.ip").isNotNull() & F.col("`@timestamp`").isNotNull())
-            .select(F.col("`@timestamp`").alias(f"{prefix}_time"), F.col("source.ip").alias(f"{prefix}_client_ip"),
+            .select(F.col("`@timestamp`").alias(f"{prefix}_time"), service.alias(f"{prefix}_service"),
+                    F.col("source.ip").alias(f"{prefix}_client_ip"),
                     F.col("source.port").cast("int").alias(f"{prefix}_client_port"),
                     F.col("destination.ip").alias(f"{prefix}_server_ip"),
                     F.col("destination.port").cast("int").alias(f"{prefix}_server_port"),
@@ -71,14 +99,14 @@ def _conns(events: DataFrame) -> DataFrame:
         "c_duration_s": F.col("event.duration") / F.lit(1e9),
         "c_bytes_out": F.col("source.bytes"), "c_bytes_in": F.col("destination.bytes"),
         "c_community_id": F.col("network.community_id"),
-    })
+    }, tuple(SERVICE_PORTS))
 
 
 def _sshs(events: DataFrame) -> DataFrame:
     return _zeek(events, "ssh", "s", {
         "s_uid": F.col("zeek.session_id"), "s_auth_success": F.col("zeek.ssh.auth_success"),
         "s_client": F.col("zeek.ssh.client"), "s_server": F.col("zeek.ssh.server"),
-    })
+    }, ("ssh",))
 
 
 def servers_frame(spark: SparkSession, settings: Settings) -> DataFrame | None:
@@ -110,7 +138,9 @@ def _within(side: str) -> Column:
 
 def _same_connection(side: str) -> Column:
     # A login whose server address is unknown (host not in assets) still matches on the client's address and port.
+    # The service is an equality too: an SMB flow never joins an SSH login of the same client address and port.
     return ((F.col("client_ip") == F.col(f"{side}_client_ip")) & (F.col("client_port") == F.col(f"{side}_client_port"))
+            & (F.col("service") == F.col(f"{side}_service"))
             & (F.col("server_ip").isNull() | (F.col("server_ip") == F.col(f"{side}_server_ip"))) & _within(side))
 
 
@@ -134,13 +164,14 @@ def _join(logins: DataFrame, conns: DataFrame, sshs: DataFrame) -> DataFrame:
         F.col("c_duration_s").alias("duration_s"), F.col("c_bytes_out").alias("bytes_out"),
         F.col("c_bytes_in").alias("bytes_in"), F.col("s_auth_success").alias("zeek_auth_success"),
         F.col("s_client").alias("client_software"), F.col("s_server").alias("server_software"),
-        F.col("c_community_id").alias("community_id"),
+        F.col("c_community_id").alias("community_id"), "service",
     )
 
 
 def auth_sessions_stream(events_stream: DataFrame, servers: DataFrame | None = None, *,
                          watermark: str = DEFAULT_AUTH_SESSIONS_WATERMARK) -> DataFrame:
-    """Streaming ``events`` -> one row per SSH login (append mode), joined with its Zeek conn and ssh records.
+    """Streaming ``events`` -> one row per SSH login or Windows network logon (append mode), joined with its Zeek
+    conn (and, for SSH, ssh) records.
 
     Each side is watermarked on its own event time (``watermark`` late); a login is emitted when its flow records
     arrive, or unmatched once the watermark passes ``login_time + JOIN_RANGE``.

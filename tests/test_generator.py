@@ -611,3 +611,27 @@ def test_stealth_scenarios_run_only_when_named_and_are_accepted_by_name():
     named = parse_scenarios(",".join(f"{n}=2" for n in STEALTH_NAMES), 1, no_attacks=False)
     assert named == {n: 2 for n in STEALTH_NAMES}
     assert parse_scenarios(STEALTH_NAMES[0], 1, no_attacks=True) == {}  # they are attacks
+
+
+def test_every_windows_network_logon_is_logged_by_the_server_and_by_zeek_conn_with_the_same_four_tuple():
+    # The auth_sessions join (enrich/auth_sessions.py) pairs a 4624 of logon type 3 (SMB) or 10 (RDP) with the Zeek
+    # conn record of its connection: client address and port, the server's address and service port, ±2 minutes.
+    sim, events = run_sim(events=12000, scenarios={"windows_brute_force": 1, "windows_password_spraying": 1})
+    ip_of = {h.name: h.static_ip for h in sim.org.hosts if h.static_ip}
+    conns: dict[tuple, list[dict]] = defaultdict(list)
+    for e in events:
+        if e[2] == ZEEK and e[5] == "zeek.conn":
+            r = json.loads(e[4])
+            conns[(r["id.orig_h"], r["id.orig_p"], r["id.resp_h"], r["id.resp_p"])].append(r)
+    logons = []
+    for e in events:
+        m = re.search(r"^An account was successfully logged on\. .* Logon Type: (3|10) .* Source Network Address: "
+                      r"(\S+) Source Port: (\d+) ", msg(e[4])) if e[5] == "EvntSLog" else None
+        if m:
+            logons.append((e, m))
+    assert len(logons) >= 3
+    for e, m in logons:
+        port = 445 if m.group(1) == "3" else 3389
+        flow = conns[(m.group(2), int(m.group(3)), ip_of[e[3]], port)]
+        assert len(flow) == 1, e[4]
+        assert flow[0]["ts"] <= e[0] <= flow[0]["ts"] + 120  # within the join's time range
