@@ -149,13 +149,25 @@ class SoakSampler(Sampler):
     def __init__(self, settings: Settings, lake: Path, pipeline_pid: int, log_path: Path) -> None:
         super().__init__(settings, lake, pipeline_pid)
         self.log_path = log_path
+        self.missed: list[str] = []
 
-    def sample(self) -> dict[str, Any]:
-        s = super().sample()
-        s["tables"] = {t: table_files(self.lake / t) for t in SOAK_TABLES}
-        s["checkpoint_bytes"], s["checkpoint_files"] = dir_size(self.lake / "_checkpoints")
-        s["state"] = operator_state(self.lake)
-        s["open_alerts"] = open_alerts_held(self.log_path)
+    def sample(self) -> dict[str, Any] | None:
+        """One sample, or None when the machine is too busy to answer in time (a broker metadata request timing out
+        under load): the soak goes on and counts the missed samples instead of ending hours of run."""
+        try:
+            return self._sample()
+        except Exception as exc:
+            self.missed.append(f"{time.time() - self.t0:.0f}s: {str(exc).splitlines()[0][:200]}")
+            Out.status(f"soak: sample missed ({self.missed[-1]})")
+            return None
+
+    def _sample(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"tables": {t: table_files(self.lake / t) for t in SOAK_TABLES}}
+        extra["checkpoint_bytes"], extra["checkpoint_files"] = dir_size(self.lake / "_checkpoints")
+        extra["state"] = operator_state(self.lake)
+        extra["open_alerts"] = open_alerts_held(self.log_path)
+        s = super().sample()  # appends to self.samples last: a failed sample leaves no half row behind
+        s.update(extra)
         return s
 
 
@@ -278,7 +290,7 @@ def soak(bench: Bench) -> dict[str, Any]:
         while gen.poll() is None:
             s = sampler.sample()
             bench.children.remember()
-            if time.monotonic() - last >= STATUS_EVERY_S:
+            if s is not None and time.monotonic() - last >= STATUS_EVERY_S:
                 last = time.monotonic()
                 Out.status(_status(s))
             if pipe.poll() is not None:
@@ -299,7 +311,7 @@ def soak(bench: Bench) -> dict[str, Any]:
         "generator_s": round(gen_s, 1), "events": samples[-1]["produced"] if samples else 0,
         "events_per_s": round((samples[-1]["produced"] if samples else 0) / max(gen_s, 1e-9), 1),
         "samples": [{k: v for k, v in s.items() if k != "at"} for s in samples],
-        "verdicts": rows, "all_flat": all(r["flat"] for r in rows),
+        "verdicts": rows, "all_flat": all(r["flat"] for r in rows), "missed_samples": sampler.missed,
         "growing": [r["figure"] for r in rows if not r["flat"]],
         "pipeline_exit_code_on_sigterm": stop_rc,
         "log_problems": _log_problems(bench.children.log("soak-run")),
@@ -311,6 +323,9 @@ def soak(bench: Bench) -> dict[str, Any]:
     _print_verdicts(out, rows, args.warmup_minutes, args.tolerance)
     out.say(f"\n  all flat: {'yes' if result['all_flat'] else 'no: ' + ', '.join(result['growing'])}")
     out.say(f"  pipeline stopped with SIGTERM: exit code {stop_rc}")
+    if sampler.missed:
+        out.say(f"  {len(sampler.missed)} sample(s) missed (the machine did not answer in time), first: "
+                f"{sampler.missed[0]}")
     out.say(f"  {_load_text(result['load_average'])}")
     if result["log_problems"]:
         out.say(f"  pipeline log: {len(result['log_problems'])} warning/error line(s), first: "
