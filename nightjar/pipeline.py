@@ -356,6 +356,9 @@ class Supervisor:
                         self._failed(m, summarize_query_error(str(exc)))
                 continue
             if m.query.isActive:
+                if m.restarts and m.query.lastProgress is not None:  # a trigger completed since the restart
+                    log.info("query %s is running again after %d restart(s)", m.name, m.restarts)
+                    m.restarts = 0  # --max-restarts counts failures in a row, not over the run's whole life
                 if self.trigger.available_now and m.name == QUERY_INGEST and self._drained(m.query):
                     log.info("ingest: input drained and waiting events released: stopping the query")
                     INTERRUPTED_BATCHES.stopping.set()
