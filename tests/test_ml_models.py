@@ -64,7 +64,7 @@ def _rows(entity: str, hours: int, bytes_out: float, peers=(), start=dt.datetime
         r = {c: 1.0 for c in COUNT_FEATURES}
         r.update(entity_type="host", entity=entity, window_start=start + dt.timedelta(hours=h),
                  window_end=start + dt.timedelta(hours=h + 1), bytes_out=bytes_out * (1 + 0.1 * (h % 3)),
-                 peers=list(peers), countries=["US"], login_sources=[], login_hosts=[], domains=[],
+                 peers=list(peers), countries=["US"], login_machines=[], login_hosts=[], domains=[],
                  first_seen=start + dt.timedelta(hours=h), last_seen=start + dt.timedelta(hours=h, minutes=50),
                  evidence=[f"e{h}"])
         rows.append(r)

@@ -8,7 +8,7 @@ that suddenly uploads 100 MB. What is abnormal is the change against the entity'
 per entity and feature the most it did in any training hour and a robust spread (MAD of ``log1p`` of the value)
 and scores an hour by its largest one-sided robust z-score above that (only *more* than ever is suspicious). The
 first-seen counters compare the hour's sets with everything the entity did in training: new admin-port peers,
-new destination countries, new login sources and login hosts.
+new destination countries, new login machines (see ``features.login_machine``) and login hosts.
 
 It is a scikit-learn ``Pipeline``: a ``ColumnTransformer`` (``log1p`` of the volume/count features, the first-seen
 counts and the entity key passed through) followed by :class:`EntityBaseline`, an estimator with
@@ -31,7 +31,7 @@ from alerts.ml.features import COUNT_FEATURES
 
 # The first-seen counters: hour's set column -> the counter derived against the entity's training history.
 NEW_FEATURES: dict[str, str] = {"peers": "new_admin_peers", "countries": "new_countries",
-                                "login_sources": "new_login_sources", "login_hosts": "new_login_hosts"}
+                                "login_machines": "new_login_machines", "login_hosts": "new_login_hosts"}
 MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change

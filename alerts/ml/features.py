@@ -15,8 +15,8 @@ step, so the same function runs over a static ``events`` DataFrame (training, ``
 the streaming ``events`` (the scoring query, with a watermark on :data:`~ingest.normalize.EVENT_TIME_COLUMN`):
 batch and stream give the same rows for the same events (tests/test_ml_features.py).
 
-Besides counts the rows carry small *sets* (internal admin-port peers, destination countries, login sources,
-login hosts, queried domains). "New destination / new country / new login source" are the set minus what the
+Besides counts the rows carry small *sets* (internal admin-port peers, destination countries, login machines,
+login hosts, queried domains). "New destination / new country / new login machine" are the set minus what the
 entity did in the training history: that history lives in the model (``behaviour_model``), not in streaming
 state, so the stream's state stays one hour per entity (bounded by the watermark).
 """
@@ -40,7 +40,7 @@ COUNT_FEATURES: tuple[str, ...] = (
     "distinct_countries", "distinct_domains", "dns_queries", "dns_name_len_max", "dns_entropy_max",
     "admin_port_peers", "logins_failed", "logins_ok", "night_logins", "sudo", "login_hour_max",
 )
-SET_FEATURES: tuple[str, ...] = ("peers", "countries", "login_sources", "login_hosts", "domains")
+SET_FEATURES: tuple[str, ...] = ("peers", "countries", "login_machines", "login_hosts", "domains")
 KEY_COLUMNS: tuple[str, ...] = ("entity_type", "entity", "window_start", "window_end")
 FEATURE_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, *COUNT_FEATURES, *SET_FEATURES, "first_seen", "last_seen",
                                     "evidence")
@@ -56,6 +56,22 @@ def shannon_entropy(text: Column) -> Column:
         return acc - p * F.log2(p)
 
     return F.when(n > 0, F.aggregate(chars, F.lit(0.0), term)).otherwise(F.lit(0.0))
+
+
+def login_machine() -> Column:
+    """The machine a login came from: ``mac:<MAC>`` of the DHCP lease holder of the client address, else the address.
+
+    Under DHCP an address is a weak identity: the same laptop comes back with another address tomorrow, and an
+    account "seen from an address it never used" was most of the false alerts (docs/ml.md). The pipeline's DHCP
+    attribution (``enrich.dhcp_sessions``, keyed by the event's internal address — the client's, for a login)
+    writes the lease holder's MAC into ``host.mac`` and the attributed address into ``host.ip`` of the sshd event
+    (syslog carries neither, so both come from the attribution). When ``host.ip`` holds the login's own source
+    address, ``host.mac`` is the machine behind it; otherwise (a static address, a VPN or outside client, no lease
+    known) the address is the best identity there is.
+    """
+    attributed = F.col("host.mac").isNotNull() & F.coalesce(
+        F.array_contains(F.col("host.ip"), F.col("source.ip")), F.lit(False))
+    return F.when(attributed, F.concat(F.lit("mac:"), F.upper(F.col("host.mac")))).otherwise(F.col("source.ip"))
 
 
 def _per_event(events: DataFrame, time_col: str) -> DataFrame:
@@ -89,7 +105,7 @@ def _per_event(events: DataFrame, time_col: str) -> DataFrame:
         F.when(admin_peer, F.col("destination.ip")).alias("peer"),
         F.lit(0).alias("login_failed"), F.lit(0).alias("login_ok"), F.lit(0).alias("night_login"),
         F.lit(0).alias("sudo"), F.lit(None).cast("int").alias("login_hour"),
-        F.lit(None).cast("string").alias("login_source"), F.lit(None).cast("string").alias("login_host"),
+        F.lit(None).cast("string").alias("login_machine"), F.lit(None).cast("string").alias("login_host"),
     )
     login = F.col("event.action") == "ssh_login"
     ok = login & (F.col("event.outcome") == "success")
@@ -108,7 +124,7 @@ def _per_event(events: DataFrame, time_col: str) -> DataFrame:
         sudo.cast("int").alias("sudo"),
         # distance from 13:00 UTC (mid office hours), so 03:00 and 23:00 are both "far from normal"
         F.when(ok, F.least(F.abs(hour - 13), 24 - F.abs(hour - 13))).alias("login_hour"),
-        F.when(ok, F.col("source.ip")).alias("login_source"),
+        F.when(ok, login_machine()).alias("login_machine"),
         F.when(ok, F.lower(F.coalesce(F.col("host.name"), F.col("host.hostname")))).alias("login_host"),
     )
     return host.unionByName(user)
@@ -145,7 +161,7 @@ def entity_features(events: DataFrame, time_col: str = "@timestamp") -> DataFram
         F.coalesce(F.max("login_hour"), F.lit(0)).alias("login_hour_max"),
         _bounded_set("peer").alias("peers"),
         _bounded_set("country").alias("countries"),
-        _bounded_set("login_source").alias("login_sources"),
+        _bounded_set("login_machine").alias("login_machines"),
         _bounded_set("login_host").alias("login_hosts"),
         _bounded_set("domain").alias("domains"),
         F.min("ts").alias("first_seen"),
