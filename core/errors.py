@@ -31,6 +31,9 @@ def summarize_query_error(text: str) -> str:
     The Python exception line (``module.KafkaDataLoss: data loss …``) says what went wrong; the JVM frames
     around it do not. Falls back to the first non-empty line.
     """
+    if "No space left on device" in text:  # ENOSPC anywhere in the chain (executor, delta-rs, checkpoint): say so
+        return ("no space left on device: the disk holding the lake (tables, checkpoints) or Spark's local "
+                "directory is full; free space and the batch is replayed from its checkpoint")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for line in reversed(lines):
         m = _PY_EXCEPTION_LINE.match(line)
