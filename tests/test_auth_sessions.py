@@ -23,11 +23,28 @@ from ingest.embedded_broker import EmbeddedBroker, free_port
 T0 = dt.datetime(2026, 3, 9, 10, 0, tzinfo=dt.UTC).timestamp()
 BASTION, BASTION_IP = "bastion-01", "172.16.10.10"
 DB, DB_IP = "db-hq-02", "10.10.8.12"
+FILESRV, FILESRV_IP = "fs-hq-01", "10.10.8.20"  # a Windows server: SMB shares (445) and RDP (3389)
 
 
 def login(t: float, host: str, user: str, ip: str, port: int) -> tuple[str, bytes]:
     return TOPIC_RAW_SYSLOG, fmt.rfc3164(t, host, "sshd", 4242, f"Accepted password for {user} from {ip} port {port} "
                                          "ssh2").encode()
+
+
+def windows_logon(t: float, user: str, ip: str, port: int, logon_type: int) -> tuple[str, bytes]:
+    """The file server's 4624 as the EvntSLog agent forwards it (the generator's own rendering)."""
+    w = fmt.WinLogon(user, "CORP", "S-1-5-21-1-2-3-1104", logon_type, ip, port, "WS-07", "0x3bad0b8",
+                     computer_account="FS-HQ-01$")
+    return TOPIC_RAW_SYSLOG, fmt.windows_logon(t, FILESRV, w, "00000000-0000-0000-0000-000000000000").encode()
+
+
+def windows_flow(t: float, uid: str, ip: str, port: int, server_port: int) -> tuple[str, bytes]:
+    """Zeek's conn record of an SMB (445) or RDP (3389) connection to the file server (no ssh record, of course)."""
+    conn = json.loads(fmt.conn(t, uid, ip, port, FILESRV_IP, server_port, "tcp",
+                               service="smb" if server_port == 445 else "rdp", duration=42.0, orig_bytes=1500,
+                               resp_bytes=250000))
+    conn["community_id"] = f"1:{uid}="
+    return TOPIC_RAW_ZEEK, json.dumps(conn).encode()
 
 
 def flow(t: float, uid: str, ip: str, port: int, server_ip: str, *, duration: float, out: int, back: int,
@@ -75,7 +92,8 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
 
     lake = tmp_path / "lake"
     settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2)
-    write_deltalake(str(lake / TABLE_ASSETS), pa.table({"host": [BASTION, DB], "ip": [BASTION_IP, DB_IP]}))
+    write_deltalake(str(lake / TABLE_ASSETS), pa.table({"host": [BASTION, DB, FILESRV],
+                                                        "ip": [BASTION_IP, DB_IP, FILESRV_IP]}))
     drain = Trigger(available_now=True)
 
     def round_(records: list[tuple[str, bytes]]):
@@ -89,19 +107,29 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
 
     # Round 1: alice's flow arrives before her login; bob's login before his flow; carol's flow never comes.
     # A port-22 connection nobody logged in on (a probe) must never produce a row.
+    # Windows: frank's SMB flow before his network logon (type 3); grace's RDP logon (type 10) before her flow;
+    # heidi's network logon from the probe's client address and port never takes the probe's SSH flow (service);
+    # ivan's interactive logon (type 2) is not a network logon: no row.
     q = round_([*flow(T0 + 10, "CAlice0000000001", "73.15.1.2", 50001, BASTION_IP, duration=300.5, out=4100,
                       back=52000),
                 login(T0 + 40, DB, "bob", "10.10.0.21", 50002),
                 login(T0 + 45, BASTION, "carol", "98.207.3.4", 50003),
                 *flow(T0 + 46, "CProbe0000000001", "45.155.204.9", 40000, BASTION_IP, duration=0.4, out=0, back=40,
-                      ok=False)])
+                      ok=False),
+                windows_flow(T0 + 20, "CFrank0000000001", "10.10.0.31", 50006, 445),
+                windows_logon(T0 + 30, "grace", "10.10.0.32", 50007, 10),
+                windows_logon(T0 + 47, "heidi", "45.155.204.9", 40000, 3),
+                windows_logon(T0 + 48, "ivan", "127.0.0.1", 0, 2)])
     assert not (lake / TABLE_AUTH_SESSIONS).exists() or sessions(lake) == {}
     assert state_rows(q) > 0  # the waiting logins and flows are held in the joins' state
 
     # Round 2, a later micro-batch: alice's login (flow already in state), bob's flow (login already in state).
     q = round_([login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),
-                *flow(T0 + 39, "CBob000000000001", "10.10.0.21", 50002, DB_IP, duration=61.0, out=3000, back=9000)])
+                *flow(T0 + 39, "CBob000000000001", "10.10.0.21", 50002, DB_IP, duration=61.0, out=3000, back=9000),
+                windows_logon(T0 + 20.1, "frank", "10.10.0.31", 50006, 3),
+                windows_flow(T0 + 29.9, "CGrace0000000001", "10.10.0.32", 50007, 3389)])
     got = sessions(lake)
+    # (The Windows logons wait in the second join, the one with Zeek ssh records, until the watermark passes.)
     assert set(got) == {("73.15.1.2", 50001), ("10.10.0.21", 50002)}
     alice, bob = got[("73.15.1.2", 50001)], got[("10.10.0.21", 50002)]
     assert (alice["user_name"], alice["host_name"], alice["server_ip"], alice["server_port"]) == \
@@ -126,7 +154,17 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
                 *flow(T0 + 899, "CErin00000000001", "24.6.7.9", 50005, BASTION_IP, duration=20.0, out=100, back=200)])
     got = sessions(lake)
     assert set(got) == {("73.15.1.2", 50001), ("10.10.0.21", 50002), ("98.207.3.4", 50003), ("24.6.7.8", 50004),
-                        ("24.6.7.9", 50005)}
+                        ("24.6.7.9", 50005), ("10.10.0.31", 50006), ("10.10.0.32", 50007), ("45.155.204.9", 40000)}
+    frank, grace, heidi = got[("10.10.0.31", 50006)], got[("10.10.0.32", 50007)], got[("45.155.204.9", 40000)]
+    assert (frank["service"], frank["user_name"], frank["host_name"], frank["server_ip"], frank["server_port"]) == \
+        ("smb", "frank", FILESRV, FILESRV_IP, 445)
+    assert frank["matched"] and frank["zeek_uid"] == "CFrank0000000001" and frank["auth_method"] == "ntlm"
+    assert (frank["duration_s"], frank["bytes_out"], frank["bytes_in"]) == (42.0, 1500, 250000)
+    assert frank["community_id"] == "1:CFrank0000000001=" and frank["zeek_auth_success"] is None
+    assert (grace["service"], grace["server_port"], grace["zeek_uid"]) == ("rdp", 3389, "CGrace0000000001")
+    assert (heidi["service"], heidi["matched"], heidi["zeek_uid"], heidi["server_ip"]) == ("smb", False, None,
+                                                                                           FILESRV_IP)
+    assert {r["user_name"] for r in got.values() if r["service"] == "ssh"} == {"alice", "bob", "carol", "dave", "erin"}
     carol = got[("98.207.3.4", 50003)]
     assert carol["user_name"] == "carol" and carol["matched"] is False and carol["zeek_uid"] is None
     assert carol["server_ip"] == BASTION_IP and carol["duration_s"] is None
@@ -140,7 +178,7 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
     # The pipeline runs the same query from the same checkpoint (registered with the supervisor): nothing new,
     # nothing twice.
     run_pipeline(settings, drain, [QUERY_INGEST, QUERY_AUTH_SESSIONS])
-    assert len(sessions(lake)) == 5
+    assert len(sessions(lake)) == 8
 
 
 def test_the_batch_join_over_history_gives_the_same_sessions(spark):
@@ -153,11 +191,17 @@ def test_the_batch_join_over_history_gives_the_same_sessions(spark):
                      back=52000),
                login(T0 + 45, BASTION, "carol", "98.207.3.4", 50003),
                # the same client port again 10 minutes later: outside the ±2 minutes, not carol's flow
-               *flow(T0 + 645, "CLater0000000001", "98.207.3.4", 50003, BASTION_IP, duration=1.0, out=1, back=1)]
+               *flow(T0 + 645, "CLater0000000001", "98.207.3.4", 50003, BASTION_IP, duration=1.0, out=1, back=1),
+               windows_flow(T0 + 20, "CFrank0000000001", "10.10.0.31", 50006, 445),
+               windows_logon(T0 + 20.1, "frank", "10.10.0.31", 50006, 3),
+               windows_logon(T0 + 48, "ivan", "127.0.0.1", 0, 2)]
     events = to_events(parse_records(lines_dataframe(spark, [v.decode() for _t, v in records])))
-    servers = spark.createDataFrame([(BASTION.lower(), BASTION_IP)], "srv_host string, srv_ip string")
+    servers = spark.createDataFrame([(BASTION.lower(), BASTION_IP), (FILESRV, FILESRV_IP)],
+                                    "srv_host string, srv_ip string")
     rows = {r["user_name"]: r for r in auth_sessions_batch(events, servers).collect()}
-    assert set(rows) == {"alice", "carol"}
+    assert set(rows) == {"alice", "carol", "frank"}
+    assert rows["frank"]["matched"] and rows["frank"]["zeek_uid"] == "CFrank0000000001"
+    assert (rows["frank"]["service"], rows["frank"]["server_port"], rows["alice"]["service"]) == ("smb", 445, "ssh")
     assert rows["alice"]["matched"] and rows["alice"]["zeek_uid"] == "CAlice0000000001"
     assert rows["alice"]["bytes_in"] == 52000 and rows["alice"]["zeek_auth_success"] is True
     assert rows["carol"]["matched"] is False and rows["carol"]["server_ip"] == BASTION_IP
