@@ -192,9 +192,10 @@ def test_the_models_find_every_stealth_scenario_with_few_false_alerts_at_reduced
     report = evaluate_alerts(alerts, ground_truth(generated["eval"]), EVAL_H / 24)
     for name in STEALTH_NAMES:
         assert report["scenarios"][name]["recall"] >= 0.8, report
-    # Measured at this scale: 1 false alert in the 5 hours (an admin logging in from an address its account never
-    # used: DHCP addresses churn), i.e. 4.8 per simulated day — ABOVE the bar of 3 per day; this pins the
-    # measured figure so that a regression shows, it does not claim the bar (see docs/ml.md).
+    # Measured at this scale: 0 false alerts in the 5 hours (logins compared by machine, not address; the night
+    # login's source desktop counts as involved). Before, 1 (an admin from an address its account never used:
+    # DHCP churn), i.e. 4.8 per day. At most 1 = 4.8 per day: this pins the scale's figure, not the bar of
+    # 3 per day for 500 hosts (see docs/ml.md).
     assert report["false_alerts"] <= 1, report
     # the analyst sees why: score and the features that contributed, in the summary
     exfil = next(a for a in alerts if a["rule_id"] == "ml.behaviour" and "bytes_out" in a["summary"])

@@ -150,7 +150,10 @@ def evaluate_alerts(alerts: list[dict], incidents: list[dict], days: float) -> d
 
     def involved(a: dict) -> bool:
         for inc in incidents:
-            names = {inc["entity"]["value"], inc.get("host_name"), inc.get("user_name")} - {None}
+            # the attack's own machines count too: the desktop a night login came from opened the SSH connection
+            details = inc.get("details") or {}
+            names = {inc["entity"]["value"], inc.get("host_name"), inc.get("user_name"), details.get("source_host"),
+                     details.get("source_ip")} - {None}
             if a["entity"]["value"] in names and _overlaps(a, inc):
                 return True
         return False
