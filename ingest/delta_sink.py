@@ -66,18 +66,26 @@ def ensure_table(path: Path, schema: pa.Schema, partition_by: list[str] | None =
     """Create an empty Delta table at ``path`` if there is none, so readers see it before the first batch."""
     from deltalake import DeltaTable
 
-    if (path / "_delta_log").is_dir():
+    if has_commits(path):
         return
     path.mkdir(parents=True, exist_ok=True)
     DeltaTable.create(str(path), schema, mode="ignore", partition_by=partition_by)
     log.info("created Delta table %s", path)
 
 
+def has_commits(path: Path) -> bool:
+    """True when ``path`` holds a Delta table with at least one commit. A ``_delta_log`` directory without one is
+    what a create interrupted by a full disk leaves (seen in tests/test_chaos.py): it is no table, and every reader
+    fails on it with "No files in log segment" until it is created again."""
+    log_dir = path / "_delta_log"
+    return log_dir.is_dir() and any(p.name[:1].isdigit() for p in log_dir.iterdir())
+
+
 def committed_batch(path: Path, app_id: str) -> int | None:
     """The last micro-batch id that ``app_id`` committed to the table at ``path`` (None if never)."""
     from deltalake import DeltaTable
 
-    if not (path / "_delta_log").is_dir():
+    if not has_commits(path):
         return None
     return DeltaTable(str(path)).transaction_version(app_id)
 
