@@ -36,6 +36,7 @@ MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change
 NEW_SCALE = 0.5  # one first-seen item is two z units of surprise; thresholds are calibrated on held-out history
+NIGHT_NEW_MACHINE_WEIGHT = 2.0  # a login machine never used, at night: two anomalies of one login (see with_new_counts)
 # Counts that only ever matter when higher than usual for the entity (all of them, here): one-sided z-scores.
 
 
@@ -65,6 +66,11 @@ def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]]) -> pd
         seen = known.get(col, {})
         out[new] = [float(len(set(v) - seen.get(k, set()))) if v is not None else 0.0
                     for k, v in zip(keys, frame[col], strict=True)]
+    # A login from a machine the account never used is ordinary in office hours (a colleague's desk, a new
+    # laptop) and two login anomalies at once at night: such an hour's new machines count NIGHT_NEW_MACHINE_WEIGHT
+    # times, so one of them passes the threshold floor that one new item alone stays under.
+    night = frame["night_logins"].fillna(0).to_numpy() > 0
+    out["new_login_machines"] = out["new_login_machines"] * np.where(night, NIGHT_NEW_MACHINE_WEIGHT, 1.0)
     return out
 
 
