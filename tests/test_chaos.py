@@ -247,15 +247,16 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
 
 
 # -- reading the results ---------------------------------------------------------------------------------------------
-def topic_ends(bootstrap: str) -> dict[int, int]:
-    """The alerts topic's true end offset per partition, read to each partition's end-of-partition event (Tansu's
-    ListOffsets answers the last batch's base offset + 1, not the end: ARCHITECTURE.md)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-ends-{time.time_ns()}",
-                  "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 25})
+def _read_to_end(bootstrap: str, since: dict[int, int] | None = None) -> list:
+    """Every record of the alerts topic from ``since`` (partition -> offset; default the start) to each partition's
+    end-of-partition event — the true end (Tansu's ListOffsets answers the last batch's base offset + 1, not the end:
+    ARCHITECTURE.md)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{time.time_ns()}", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 25})
     try:
         parts = list(c.list_topics(TOPIC_ALERTS, timeout=10).topics[TOPIC_ALERTS].partitions)
-        c.assign([TopicPartition(TOPIC_ALERTS, p, 0) for p in parts])
-        ends, eof = dict.fromkeys(parts, 0), set()
+        c.assign([TopicPartition(TOPIC_ALERTS, p, (since or {}).get(p, 0)) for p in parts])
+        out, eof = [], set()
         deadline = time.monotonic() + 60
         while len(eof) < len(parts) and time.monotonic() < deadline:
             m = c.poll(0.5)
@@ -264,33 +265,28 @@ def topic_ends(bootstrap: str) -> dict[int, int]:
             if m.error():
                 eof.add(m.partition())
                 continue
-            ends[m.partition()] = m.offset() + 1
-        assert len(eof) == len(parts), "the alerts topic was not read to its end within 60 s"
-        return ends
+            out.append(m)
+        assert len(eof) == len(parts), "could not read the alerts topic to its end within 60 s"
+        return out
     finally:
         c.close()
 
 
+def topic_ends(bootstrap: str) -> dict[int, int]:
+    """The alerts topic's true end offset per partition (only partitions that hold records)."""
+    ends: dict[int, int] = {}
+    for m in _read_to_end(bootstrap):
+        ends[m.partition()] = m.offset() + 1
+    return ends
+
+
 def topic_messages(bootstrap: str, since: dict[int, int] | None = None) -> list[dict]:
     """Every alert message on the topic from ``since`` (partition -> offset) to its end, decoded."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{time.time_ns()}", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "fetch.wait.max.ms": 25})
-    parts = list(c.list_topics(TOPIC_ALERTS, timeout=10).topics[TOPIC_ALERTS].partitions)
-    c.assign([TopicPartition(TOPIC_ALERTS, p, (since or {}).get(p, 0)) for p in parts])
-    out, eof = [], set()
-    deadline = time.monotonic() + 60
-    while len(eof) < len(parts) and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        if m.error():
-            eof.add(m.partition())
-            continue
+    out = []
+    for m in _read_to_end(bootstrap, since):
         value = json.loads(m.value())
         assert m.key().decode() == value["alert_id"]
         out.append(value)
-    c.close()
-    assert len(eof) == len(parts), "could not read the alerts topic to its end"
     return out
 
 
