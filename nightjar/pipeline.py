@@ -71,7 +71,10 @@ class InterruptedBatchFilter(logging.Filter):
     """Once the run stops its queries, py4j's "exception while executing the Python Proxy" ERROR with a Java
     ``InterruptedException`` traceback is the micro-batch that the stop interrupted: nothing failed, and the next run
     replays that batch from its checkpoint. The record becomes one INFO line saying so; before the stop such a
-    record is a real failure and stays as it is."""
+    record is a real failure and stays as it is.
+
+    The same holds for py4j's "Exception while sending command." (logged on the root logger): once stopping, it is
+    a call into the JVM that the JVM's own shutdown cut (seen at the end of ``nightjar demo``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -83,6 +86,12 @@ class InterruptedBatchFilter(logging.Filter):
             record.msg, record.args = ("a micro-batch was interrupted by the stop; the next run replays it from its "
                                        "checkpoint"), ()
             record.exc_info = record.exc_text = None
+        elif self.stopping.is_set() and record.levelno >= logging.ERROR and \
+                str(record.msg).startswith(PY4J_SEND_FAILED):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg, record.args = "a call into the JVM was cut by the stop (py4j: %s)", (_text(
+                record.exc_info[1] if record.exc_info else None).splitlines()[:1] or ["connection closed"])[0]
+            record.exc_info = record.exc_text = None
         return True
 
 
@@ -93,8 +102,10 @@ def _text(exc: BaseException | None) -> str:
         return ""
 
 
+PY4J_SEND_FAILED = "Exception while sending command"
 INTERRUPTED_BATCHES = InterruptedBatchFilter()
 logging.getLogger("py4j.clientserver").addFilter(INTERRUPTED_BATCHES)
+logging.getLogger().addFilter(INTERRUPTED_BATCHES)  # py4j's java_gateway logs the cut connection on the root logger
 
 
 @dataclass(frozen=True)

@@ -169,3 +169,23 @@ def test_a_batch_interrupted_by_the_stop_is_one_info_line_and_a_real_failure_sta
     assert after.levelno == logging.INFO and after.exc_info is None and "replays it" in after.getMessage()
     other = record(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
     assert f.filter(other) and other.levelno == logging.ERROR and other.exc_info  # a real error stays an error
+
+
+def test_a_jvm_call_cut_by_the_stop_is_one_info_line_and_before_the_stop_stays_an_error():
+    import logging
+
+    from nightjar.pipeline import InterruptedBatchFilter
+
+    def record() -> logging.LogRecord:
+        exc = ConnectionResetError("Error while sending or receiving")
+        return logging.LogRecord("root", logging.ERROR, __file__, 1, "Exception while sending command.", (),
+                                 (type(exc), exc, None))
+
+    f = InterruptedBatchFilter()
+    before = record()
+    assert f.filter(before) and before.levelno == logging.ERROR and before.exc_info  # a live run: a failure
+    f.stopping.set()
+    after = record()
+    assert f.filter(after)
+    assert after.levelno == logging.INFO and after.exc_info is None
+    assert after.getMessage() == "a call into the JVM was cut by the stop (py4j: Error while sending or receiving)"
