@@ -22,7 +22,10 @@ absent until the query restarts; columns the table lacks in older files read as 
 Offsets are ``{"version": v, "index": i, "snapshot": s}``: every data file up to and including the
 ``i``-th file that version ``v`` added has been delivered (``i = -1``: none of version ``v`` yet, all of
 the versions before it). ``snapshot`` is true while the query reads the files of the table *as of*
-version ``v`` (the start of an ``earliest`` query) rather than the files commit ``v`` added. Splitting at
+version ``v`` (the start of an ``earliest`` query) rather than the files commit ``v`` added; a snapshot
+offset also names the order its index counts in: ``"order": "commit"`` (files by the version that added
+their rows, so a watermarked query reads older commits first; see ``read_snapshot``), or no key at all for
+offsets written before that order existed, which count in path order and keep doing so. Splitting at
 file granularity lets ``maxFilesPerTrigger`` cut a large commit or snapshot into several micro-batches.
 Spark writes each micro-batch's (start, end) to its offset log before running it, and Delta versions
 never change once written, so a restarted query re-reads exactly the same files: with an idempotent sink
@@ -172,6 +175,12 @@ class DataFile:
     version: int
 
 
+# How a snapshot's files are numbered (see read_snapshot). Offsets written before the commit order existed
+# have no "order" key and mean path order, so a query stopped mid-snapshot resumes on the same files.
+ORDER_COMMIT = "commit"
+ORDER_PATH = "path"
+
+
 @dataclass(frozen=True)
 class Position:
     """A point in the table's stream of data files; see the module docstring for the meaning."""
@@ -179,14 +188,25 @@ class Position:
     version: int
     index: int
     snapshot: bool = False
+    order: str = ORDER_COMMIT  # only meaningful while snapshot is true
 
     @staticmethod
     def parse(offset: dict[str, Any]) -> Position:
-        return Position(int(offset["version"]), int(offset["index"]), bool(offset.get("snapshot", False)))
+        snapshot = bool(offset.get("snapshot", False))
+        order = str(offset.get("order", ORDER_PATH))
+        if order not in (ORDER_COMMIT, ORDER_PATH):
+            raise DeltaSourceError(f"nightjar_delta: offset {offset} has an unknown snapshot order {order!r} "
+                                   "(written by a newer version of this source?)")
+        return Position(int(offset["version"]), int(offset["index"]), snapshot,
+                        order if snapshot else ORDER_COMMIT)
 
     def json(self) -> dict[str, Any]:
-        # Spark compares offsets as JSON text: always the same keys in the same order.
-        return {"version": self.version, "index": self.index, "snapshot": self.snapshot}
+        # Spark compares offsets as JSON text: always the same keys in the same order for one position.
+        # Only snapshot positions carry the order; a path-order one is spelled as before the key existed.
+        offset: dict[str, Any] = {"version": self.version, "index": self.index, "snapshot": self.snapshot}
+        if self.snapshot and self.order != ORDER_PATH:
+            offset["order"] = self.order
+        return offset
 
 
 def _log_file(table: str, version: int) -> Path:
@@ -213,10 +233,9 @@ def _add_file(add: dict[str, Any], version: int) -> DataFile:
             "whole Parquet files and would deliver deleted rows. Disable deletion vectors on the table "
             "(delta.enableDeletionVectors=false) or read it with delta-spark"
         )
-    path = add["path"]
     # Delta stores paths as URIs: relative ones are percent-encoded once (directory names that contain
     # %-escapes of their own, like Hive's partition escaping, are encoded again).
-    path = path if "://" in path else unquote(path)
+    path = _decoded(add["path"])
     return DataFile(path, int(add.get("size") or 0), tuple(sorted((add.get("partitionValues") or {}).items())),
                     version)
 
@@ -273,9 +292,14 @@ def read_commit(table: str, version: int, options: DeltaSourceOptions) -> list[D
     )
 
 
-def read_snapshot(table: str, version: int) -> list[DataFile]:
-    """Every data file of the table as of ``version``, sorted by path so an index names the same file
-    whenever this is computed again (after a restart)."""
+def read_snapshot(table: str, version: int, order: str = ORDER_COMMIT) -> list[DataFile]:
+    """Every data file of the table as of ``version``, in a fixed order so an index names the same file
+    whenever this is computed again (after a restart).
+
+    ``order="commit"``: by the version that added each file's rows (see ``commit_order``), so a watermarked
+    query that reads the snapshot over several micro-batches sees older commits first. ``order="path"``:
+    by path, the order of offsets written before the commit order existed.
+    """
     from deltalake import DeltaTable
 
     try:
@@ -295,12 +319,83 @@ def read_snapshot(table: str, version: int) -> list[DataFile]:
         )
     actions = pa.table(snapshot.get_add_actions(flatten=True))
     columns = [c for c in actions.column_names if c.startswith("partition.")]
-    files = []
-    for row in actions.select(["path", "size_bytes", *columns]).to_pylist():
+    files: list[DataFile] = []
+    modified: dict[str, int] = {}
+    for row in actions.select(["path", "size_bytes", "modification_time", *columns]).to_pylist():
         parts = tuple(sorted((c[len("partition."):], row[c]) for c in columns))
-        path = row["path"] if "://" in row["path"] else unquote(row["path"])
+        path = _decoded(row["path"])
         files.append(DataFile(path, int(row["size_bytes"]), parts, version))
-    return sorted(files, key=lambda f: f.path)
+        mtime = row["modification_time"]
+        modified[path] = int(mtime.timestamp() * 1000) if isinstance(mtime, dt.datetime) else int(mtime or 0)
+    if order == ORDER_PATH:
+        return sorted(files, key=lambda f: f.path)
+    keys = commit_order(table, version, {f.path for f in files})
+    if len(keys) < len(files):
+        log.info("delta source: %d of %d files of %s version %d were added before the oldest log entry kept; "
+                 "they come first, by modification time", len(files) - len(keys), len(files), table, version)
+
+    def key(file: DataFile) -> tuple[int, int, str]:
+        # Files whose adding commit is no longer in the log: first (older than every commit still logged),
+        # by the modification time the log records for them (fixed, so a restart computes the same order).
+        return (*keys.get(file.path, (-1, modified[file.path])), file.path)
+
+    return sorted(files, key=key)
+
+
+def _decoded(path: str) -> str:
+    # Delta stores paths as URIs: relative ones are percent-encoded (see _add_file).
+    return path if "://" in path else unquote(path)
+
+
+def commit_order(table: str, version: int, paths: set[str]) -> dict[str, tuple[int, int]]:
+    """For each data file in ``paths`` (live at ``version``): (the version its rows were committed in, its
+    position in that commit), found by reading the JSON commits backwards from ``version``.
+
+    Why the log and not the checkpoint or ``modificationTime``: a checkpoint lists the live files without
+    the version that added them, and ``modificationTime`` is whatever clock the writer had (executors'
+    clocks, several writers, a compaction's own time), not the commit order.
+
+    A file that compaction wrote (``add`` with ``dataChange: false``) holds rows of the files that commit
+    removed in the same partition; it takes the *newest* version among them (position -1: before the files
+    that version added itself). That never delivers a row before the commit that wrote it, so the watermark
+    never runs ahead of the commit order and files that were not compacted are never made late by it; only
+    the compacted file's own older rows wait until its newest commit. The walk stops as soon as every file
+    is placed, or where the log has been cleaned up; files not placed are missing from the result.
+    """
+    placed: dict[str, tuple[int, int]] = {}
+    wanted: dict[str, set[str]] = {p: {p} for p in paths}  # a path in the log -> the live files it places
+    for current in range(version, -1, -1):
+        if len(placed) == len(paths) or not wanted:
+            break
+        try:
+            text = _log_file(table, current).read_text()
+        except FileNotFoundError:
+            break  # older entries were cleaned up
+        adds: list[tuple[str, bool, Any]] = []
+        rewritten: list[tuple[str, Any]] = []  # removed with dataChange=false: compacted into this commit's adds
+        for line in text.splitlines():
+            if not line.strip() or ('"add"' not in line and '"remove"' not in line):
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                add = action["add"]
+                adds.append((_decoded(add["path"]), add.get("dataChange", True), add.get("partitionValues")))
+            elif "remove" in action and not action["remove"].get("dataChange", True):
+                remove = action["remove"]
+                rewritten.append((_decoded(remove["path"]), remove.get("partitionValues")))
+        for index, (path, data_change, partition) in enumerate(adds):
+            roots = {r for r in wanted.pop(path, ()) if r not in placed}
+            if not roots:
+                continue
+            if data_change:
+                for root in roots:
+                    placed[root] = (current, index if root == path else -1)
+                continue
+            # Compaction bins never cross partitions; a remove without partition values may be any of them.
+            for old, old_partition in rewritten:
+                if old_partition is None or partition is None or old_partition == partition:
+                    wanted.setdefault(old, set()).update(roots)
+    return placed
 
 
 # --- the reader ----------------------------------------------------------------------------------------
@@ -323,7 +418,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: int | None = None  # highest version seen; versions only grow, so probe upwards
         self._available_now_target: int | None = None
         self._commits: dict[int, list[DataFile]] = {}  # versions are immutable: parse each once
-        self._snapshot: tuple[int, list[DataFile]] | None = None
+        self._snapshot: tuple[int, str, list[DataFile]] | None = None  # (version, order, files)
 
     # Only options and schema travel to executors; the driver's log caches stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -344,11 +439,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._latest += 1
         return self._latest
 
-    def _files_of(self, version: int, snapshot: bool) -> list[DataFile]:
+    def _files_of(self, version: int, snapshot: bool, order: str = ORDER_COMMIT) -> list[DataFile]:
         if snapshot:
-            if self._snapshot is None or self._snapshot[0] != version:
-                self._snapshot = (version, read_snapshot(self.options.path, version))
-            return self._snapshot[1]
+            if self._snapshot is None or self._snapshot[:2] != (version, order):
+                self._snapshot = (version, order, read_snapshot(self.options.path, version, order))
+            return self._snapshot[2]
         if version not in self._commits:
             self._commits[version] = read_commit(self.options.path, version, self.options)
         return self._commits[version]
@@ -356,7 +451,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _versions(self, start: Position, last: int) -> Iterator[tuple[int, list[DataFile], bool]]:
         version = start.version
         if start.snapshot:
-            yield version, self._files_of(version, True), True
+            yield version, self._files_of(version, True, start.order), True
             version += 1
         while version <= last:
             yield version, self._files_of(version, False), False
@@ -442,7 +537,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return end, taken
                 taken.append(files[index])
                 size += files[index].size
-                end = Position(version, index, snapshot)
+                end = Position(version, index, snapshot, start.order if snapshot else ORDER_COMMIT)
             end = Position(version + 1, -1)
         return end, taken
 
@@ -464,7 +559,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Versions before a committed offset are never planned again by this reader: drop them.
         done = Position.parse(end)
         self._commits = {v: f for v, f in self._commits.items() if v >= done.version}
-        if self._snapshot is not None and not (done.snapshot and done.version == self._snapshot[0]):
+        if self._snapshot is not None and not (done.snapshot and (done.version, done.order) == self._snapshot[:2]):
             self._snapshot = None
 
     # --- data (executors) ----------------------------------------------------------------------------

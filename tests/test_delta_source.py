@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.transaction import AddAction
 from pyspark.sql import Row
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import ReadMaxFiles
 from pyspark.sql.types import (
     ArrayType,
     IntegerType,
@@ -23,7 +29,15 @@ from pyspark.sql.types import (
 )
 
 from ingest.delta_sink import write_batch
-from ingest.delta_source import DataFile, DeltaSourceOptions, _pack, _parse_partition_value
+from ingest.delta_source import (
+    DataFile,
+    DeltaSourceOptions,
+    DeltaStreamReader,
+    _pack,
+    _parse_partition_value,
+    commit_order,
+    read_snapshot,
+)
 
 NARROW = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -66,6 +80,26 @@ def _failure(df, checkpoint: Path) -> str:
     return str(caught.value)
 
 
+def _record(df, checkpoint: Path, delivered: dict[int, list[int]], crash: int | None = None) -> None:
+    """Run ``df`` with availableNow, keeping each successful batch's sorted ids in ``delivered`` by batch id;
+    with ``crash``, that batch fails (after reading its rows) and so does the query."""
+
+    def keep(batch, batch_id):
+        ids = sorted(r.id for r in batch.collect())
+        if batch_id == crash:
+            raise RuntimeError(f"crash in batch {crash} holding {ids}")
+        delivered.setdefault(batch_id, ids)
+
+    query = (df.writeStream.foreachBatch(keep).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    if crash is None:
+        query.awaitTermination(180)
+        assert not query.isActive and query.exception() is None, query.exception()
+        return
+    with pytest.raises(Exception, match=f"crash in batch {crash}"):  # noqa: B017
+        query.awaitTermination(180)
+
+
 def _ids(rows: list[Row]) -> list[int]:
     return sorted(r.id for r in rows)
 
@@ -93,27 +127,12 @@ def test_a_batch_that_failed_is_replayed_with_exactly_its_files(spark, tmp_path)
     for i in range(3):
         _append(table, i * 10, 10)
     delivered: dict[int, list[int]] = {}
-
-    def fail_on_batch_1(batch, batch_id):
-        ids = sorted(r.id for r in batch.collect())
-        if batch_id == 1:
-            raise RuntimeError(f"crash in batch 1 holding {ids}")
-        delivered.setdefault(batch_id, ids)
-
-    query = (_stream(spark, table, maxFilesPerTrigger=1, startingVersion=0).writeStream
-             .foreachBatch(fail_on_batch_1).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
-    with pytest.raises(Exception, match="crash in batch 1"):  # noqa: B017
-        query.awaitTermination(180)
+    _record(_stream(spark, table, maxFilesPerTrigger=1, startingVersion=0), checkpoint, delivered, crash=1)
     assert delivered == {0: list(range(10))}
     _append(table, 30, 10)  # arrives between the crash and the restart
 
     # A bigger limit now: a re-planned batch 1 would hold versions 1-3, the replayed one holds version 1 only.
-    query = (_stream(spark, table, maxFilesPerTrigger=100, startingVersion=0).writeStream
-             .foreachBatch(lambda batch, batch_id: delivered.setdefault(batch_id, sorted(r.id for r in batch.collect())))
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination(180)
-    assert query.exception() is None
+    _record(_stream(spark, table, maxFilesPerTrigger=100, startingVersion=0), checkpoint, delivered)
     assert delivered == {0: list(range(10)), 1: list(range(10, 20)), 2: list(range(20, 40))}
 
 
@@ -316,3 +335,137 @@ def test_option_values_and_helpers():
         dt.datetime(2024, 1, 1, 1, 2, 3, 4000, tzinfo=dt.UTC)
     assert _parse_partition_value("true", pa.bool_()) is True
     assert _parse_partition_value("2024-02-29", pa.date32()) == dt.date(2024, 2, 29)
+
+
+# --- the starting snapshot is read in commit order ---------------------------------------------------------
+
+EVENTS = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+T0 = dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+
+
+def _commit_named(path: Path, name: str, ids: list[int], at: dt.timedelta, modified: int) -> None:
+    """One append commit of one file called ``name`` (so a test decides how paths sort), every row at T0 + ``at``,
+    with ``modified`` as the add action's modificationTime."""
+    if not (path / "_delta_log").exists():
+        DeltaTable.create(str(path), EVENTS)  # version 0: no files
+    data = pa.table({"id": ids, "ts": [T0 + at] * len(ids)}, schema=EVENTS)
+    pq.write_table(data, path / name)
+    DeltaTable(str(path)).create_write_transaction(
+        [AddAction(name, (path / name).stat().st_size, {}, modified, True, json.dumps({"numRecords": len(ids)}))],
+        mode="append", schema=EVENTS)
+
+
+def _late_named_table(path: Path, commits: int = 5) -> None:
+    """Commits 1..n: 10 rows each, commit k at minute 10k, in files whose names *and* modification times sort
+    newest first: path order (the old snapshot order) delivers the latest rows first."""
+    for k in range(commits):
+        _commit_named(path, f"part-{commits - k}.parquet", list(range(k * 10, k * 10 + 10)),
+                      dt.timedelta(minutes=10 * k), modified=2_000_000_000_000 - k)
+
+
+def _file_ids(table: Path, files: list[DataFile]) -> list[list[int]]:
+    return [sorted(pq.read_table(table / f.path, columns=["id"]).column("id").to_pylist()) for f in files]
+
+
+def _windowed_counts(spark, table: Path, checkpoint: Path) -> dict[dt.datetime, int]:
+    """A 5-minute window count with a 1-minute watermark over the table from earliest, one file per batch:
+    the last count each window reported (update mode), i.e. the rows that were not dropped as late."""
+    counts: dict[dt.datetime, int] = {}
+
+    def keep(batch, _id):
+        for row in batch.collect():
+            counts[row.window.start.replace(tzinfo=None)] = row["count"]
+
+    windowed = (_stream(spark, table, maxFilesPerTrigger=1).withWatermark("ts", "1 minute")
+                .groupBy(F.window("ts", "5 minutes")).count())
+    query = (windowed.writeStream.outputMode("update").foreachBatch(keep)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert not query.isActive and query.exception() is None, query.exception()
+    return counts
+
+
+def _minute(m: float) -> dt.datetime:
+    return (T0 + dt.timedelta(minutes=m)).replace(tzinfo=None)
+
+
+def test_a_watermarked_window_started_on_an_existing_table_counts_every_row(spark, tmp_path):
+    """Path order put the newest commit's file first: its rows moved the watermark past every older commit,
+    whose rows were then dropped as late (4 of the 5 windows lost). Commit order counts all of them."""
+    table = tmp_path / "events"
+    _late_named_table(table)
+    assert [f.path for f in read_snapshot(str(table), 5)] == [f"part-{5 - k}.parquet" for k in range(5)]
+    assert [f.path for f in read_snapshot(str(table), 5, "path")] == [f"part-{k}.parquet" for k in range(1, 6)]
+    counts = _windowed_counts(spark, table, tmp_path / "cp")
+    assert counts == {_minute(10 * k): 10 for k in range(5)}
+
+
+def test_a_restart_in_the_middle_of_the_snapshot_delivers_each_row_once_in_commit_order(spark, tmp_path):
+    table, checkpoint = tmp_path / "events", tmp_path / "cp"
+    _late_named_table(table)
+    delivered: dict[int, list[int]] = {}
+    _record(_stream(spark, table, maxFilesPerTrigger=1), checkpoint, delivered, crash=2)
+    assert delivered == {0: list(range(10)), 1: list(range(10, 20))}
+    _commit_named(table, "part-0.parquet", list(range(50, 60)), dt.timedelta(minutes=50), modified=1)  # version 6
+
+    _record(_stream(spark, table, maxFilesPerTrigger=2), checkpoint, delivered)
+    # Batch 2 replays exactly its logged file; then the rest of the snapshot, two files a batch; then version 6.
+    assert delivered == {0: list(range(10)), 1: list(range(10, 20)), 2: list(range(20, 30)),
+                         3: list(range(30, 50)), 4: list(range(50, 60))}
+
+
+def test_an_offset_without_an_order_still_counts_the_snapshot_in_path_order(tmp_path):
+    """Checkpoints written before the commit order hold snapshot offsets whose index counts files by path:
+    such a query resumes on exactly the files it would have read before, and new offsets say "commit"."""
+    table = tmp_path / "events"
+    _late_named_table(table)
+    by_path = sorted(read_snapshot(str(table), 5), key=lambda f: f.path)
+    reader = DeltaStreamReader({"path": str(table), "maxFilesPerTrigger": "1"}, from_arrow_schema(EVENTS))
+
+    old = {"version": 5, "index": 0, "snapshot": True}  # one file (part-1, the newest rows) already read
+    end = reader.latestOffset(old, ReadMaxFiles(2))
+    assert end == {"version": 5, "index": 2, "snapshot": True}  # still spelled the old way
+    planned = [f.path for p in reader.partitions(old, end) for f in p.files]
+    assert sorted(planned) == [f.path for f in by_path[1:3]] == ["part-2.parquet", "part-3.parquet"]
+    last = reader.latestOffset(end, ReadMaxFiles(10))
+    assert last == {"version": 6, "index": -1, "snapshot": False}
+    assert sorted(f.path for p in reader.partitions(end, last) for f in p.files) == ["part-4.parquet", "part-5.parquet"]
+
+    start = reader.initialOffset()
+    assert start == {"version": 5, "index": -1, "snapshot": True, "order": "commit"}
+    end = reader.latestOffset(start, ReadMaxFiles(1))
+    assert end == {"version": 5, "index": 0, "snapshot": True, "order": "commit"}
+    assert [f.path for p in reader.partitions(start, end) for f in p.files] == ["part-5.parquet"]  # commit 1
+    with pytest.raises(Exception, match="unknown snapshot order 'size'"):
+        reader.latestOffset({**start, "order": "size"}, ReadMaxFiles(1))
+
+
+def test_a_compacted_file_is_ordered_by_the_newest_commit_it_holds(spark, tmp_path):
+    """OPTIMIZE merges partition a's commits 0 and 2 into one file: it goes after partition b's commit 1, so
+    the rows of commit 1 are not made late by commit 2's rows (ordering it by its oldest commit would)."""
+    table = tmp_path / "events"
+
+    def append(ids: range, partition: str, at: dt.timedelta) -> None:
+        data = pa.table({"id": list(ids), "ts": [T0 + at] * len(ids), "p": [partition] * len(ids)})
+        write_deltalake(str(table), data, mode="append", partition_by=["p"])
+
+    append(range(0, 10), "a", dt.timedelta(0))  # version 0
+    append(range(10, 20), "b", dt.timedelta(seconds=30))  # version 1
+    append(range(20, 30), "a", dt.timedelta(minutes=20))  # version 2
+    DeltaTable(str(table)).optimize.compact()  # version 3: partition a's two files become one
+    append(range(30, 40), "b", dt.timedelta(minutes=40))  # version 4
+    files = read_snapshot(str(table), 4)
+    assert _file_ids(table, files) == [list(range(10, 20)), [*range(0, 10), *range(20, 30)], list(range(30, 40))]
+    assert [commit_order(str(table), 4, {f.path for f in files})[f.path] for f in files] == [(1, 0), (2, -1), (4, 0)]
+    counts = _windowed_counts(spark, table, tmp_path / "cp")
+    assert counts == {_minute(0): 20, _minute(20): 10, _minute(40): 10}
+
+    # Log cleanup after a checkpoint: the adds of versions 0-2 are gone, so the files they placed come first
+    # (by modification time); what the log still has keeps its commit order.
+    DeltaTable(str(table)).create_checkpoint()
+    for version in range(3):
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    again = read_snapshot(str(table), 4)
+    assert sorted(map(tuple, _file_ids(table, again[:2]))) == sorted(map(tuple, _file_ids(table, files[:2])))
+    assert again[2] == files[2]
+    assert len(commit_order(str(table), 4, {f.path for f in again})) == 1
