@@ -54,7 +54,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -524,7 +524,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The files after ``start`` up to version ``last`` within the limits, and the position after them.
 
         A fully delivered version is written as (next version, -1), so one position has one spelling and
-        an unchanged table yields the unchanged offset (Spark then runs no batch).
+        an unchanged table yields the unchanged offset (Spark then runs no batch). Except: a batch that
+        reads snapshot files ends inside the snapshot, so its end offset names the snapshot's version (see
+        ``partitions``); the step from there to (version + 1, -1) is one batch without files.
         """
         taken: list[DataFile] = []
         size = 0
@@ -538,6 +540,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 taken.append(files[index])
                 size += files[index].size
                 end = Position(version, index, snapshot, start.order if snapshot else ORDER_COMMIT)
+            if snapshot and taken:
+                return end, taken
             end = Position(version + 1, -1)
         return end, taken
 
@@ -547,6 +551,13 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[DeltaFilesPartition]:
         begin, stop = Position.parse(start), Position.parse(end)
+        if begin.snapshot and begin.index < 0 and stop.snapshot and begin != replace(stop, index=-1):
+            # A replayed first batch: Spark keeps no start offset for batch 0 and asks initialOffset() again,
+            # which names the table's version (and the snapshot order) *now*; the logged end names the
+            # snapshot that batch was planned on, so read that one, counted as that offset counts.
+            log.info("delta source: first batch replayed on the snapshot of version %d (order %s), not %d",
+                     stop.version, stop.order, begin.version)
+            begin = replace(stop, index=-1)
         last = stop.version if stop.index >= 0 else stop.version - 1
         files = []
         for version, vfiles, _ in self._versions(begin, last):

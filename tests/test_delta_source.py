@@ -414,6 +414,20 @@ def test_a_restart_in_the_middle_of_the_snapshot_delivers_each_row_once_in_commi
                          3: list(range(30, 50)), 4: list(range(50, 60))}
 
 
+def test_a_replayed_first_batch_reads_the_snapshot_it_was_planned_on(spark, tmp_path):
+    """Spark keeps no start offset for batch 0: a replay asks initialOffset() again, which names the table's
+    version now. A commit made between the crash and the restart must not change what batch 0 reads (it used
+    to read the newer snapshot whole, and then the rest of the older one again: 30 rows twice)."""
+    table, checkpoint = tmp_path / "events", tmp_path / "cp"
+    _late_named_table(table)
+    delivered: dict[int, list[int]] = {}
+    _record(_stream(spark, table, maxFilesPerTrigger=2), checkpoint, delivered, crash=0)
+    assert delivered == {}
+    _commit_named(table, "part-0.parquet", list(range(50, 60)), dt.timedelta(minutes=50), modified=1)  # version 6
+    _record(_stream(spark, table, maxFilesPerTrigger=2), checkpoint, delivered)
+    assert delivered == {0: list(range(20)), 1: list(range(20, 40)), 2: list(range(40, 50)), 3: list(range(50, 60))}
+
+
 def test_an_offset_without_an_order_still_counts_the_snapshot_in_path_order(tmp_path):
     """Checkpoints written before the commit order hold snapshot offsets whose index counts files by path:
     such a query resumes on exactly the files it would have read before, and new offsets say "commit"."""
@@ -428,8 +442,13 @@ def test_an_offset_without_an_order_still_counts_the_snapshot_in_path_order(tmp_
     planned = [f.path for p in reader.partitions(old, end) for f in p.files]
     assert sorted(planned) == [f.path for f in by_path[1:3]] == ["part-2.parquet", "part-3.parquet"]
     last = reader.latestOffset(end, ReadMaxFiles(10))
-    assert last == {"version": 6, "index": -1, "snapshot": False}
+    assert last == {"version": 5, "index": 4, "snapshot": True}
     assert sorted(f.path for p in reader.partitions(end, last) for f in p.files) == ["part-4.parquet", "part-5.parquet"]
+    assert reader.latestOffset(last, ReadMaxFiles(10)) == {"version": 6, "index": -1, "snapshot": False}
+    # An old checkpoint's first batch replayed: Spark asks initialOffset() again (now in commit order), but
+    # the logged end counts by path, and so does the replay.
+    replayed = reader.partitions(reader.initialOffset(), old)
+    assert [f.path for p in replayed for f in p.files] == ["part-1.parquet"]
 
     start = reader.initialOffset()
     assert start == {"version": 5, "index": -1, "snapshot": True, "order": "commit"}
