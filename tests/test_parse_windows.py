@@ -385,3 +385,16 @@ def test_real_capture_every_line_parses_with_its_code_and_logon_account(spark):
                   "event.outcome") == {
         "event.code": "4769", "user.name": "PC-NEWMAN$", "user.domain": "JERRY.LAND", "source.ip": "172.20.0.80",
         "source.port": 50152, "service.name": "PC-NEWMAN$", "event.outcome": "success"}
+
+
+@pytest.mark.parametrize("name", ["4624", "4625", "4634", "4648", "4688", "4720", "4732", "4740", "4768", "4776"])
+def test_section_regexes_read_what_the_per_slot_regexes_read(spark, rows, name):
+    """Text holding the sections' group separator (\\x01) is read by the per-slot regexes instead: inserting it
+    after the title must change no value, so both paths agree on every slot of the sample."""
+    line = SAMPLES[name]
+    head, sep, rest = line.partition(". ")
+    assert sep, name
+    per_slot = parse_lines(spark, [head + sep + "\x01 " + rest])[0]
+    paths = ("user.name", "user.domain", "user.id", "user.target.name", "user.target.id", "user.effective.name",
+             "group.name", "winlog.logon.id", "winlog.event_data")
+    assert fields(per_slot, *paths) == fields(rows[name], *paths), name

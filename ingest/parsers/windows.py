@@ -321,6 +321,52 @@ SLOTS: dict[str, tuple[str, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Section:
+    """One regex over a labelled section of the rendered text whose groups fill several slots in one pass.
+
+    ``groups`` names the slot each group fills (``None``: a group read only to check another, see
+    ``_section_value``); ``replaces[slot]`` is the per-slot regex of :data:`SLOTS` whose value that group gives
+    (same start, same value boundaries), so the slot's chain keeps its order. The section's regex is tried
+    once, at the first occurrence of its start, where every per-slot regex it replaces matched too in the
+    lines Windows renders (a section label is not repeated before the explanations, which are cut)."""
+
+    name: str
+    gate: str
+    regex: str
+    groups: tuple[str | None, ...]
+    replaces: dict[str, str]
+
+
+def _subject_section() -> Section:
+    start = r"Subject ?: Security ID: "
+    regex = (rf"{start}(\S+)(?: Account Name:(?: (.*?))??(?: (?:Account Domain|Domain Name):(?: (.*?))??"
+             rf"(?: Logon ID:(?: (\S+))?| ?\z)| ?\z))?")
+    slots = ("SubjectUserSid", "SubjectUserName", "SubjectDomainName", "SubjectLogonId")
+    return Section("Subject", "Subject", regex, slots, {n: SLOTS[n][0] for n in slots})
+
+
+def _target_section(section: str, index: int) -> Section:
+    name_end = "|".join(x for x in _NAME_END.split("|") if x not in ("Account Domain", "Supplied Realm Name"))
+    domain_end = "|".join(x for x in _DOMAIN_END.split("|") if x != "Logon ID")
+    # Groups: SID, name, the label after the name, domain, logon id.
+    regex = (rf"{section}:(?= Security ID: \S| Account Name:)(?: Security ID: (\S+))?(?: Account Name:"
+             rf"(?: (.*?))??(?: (Account Domain|Supplied Realm Name):(?: (.*?))??"
+             rf"(?: Logon ID:(?: (\S+))?| (?:{domain_end}):| ?\z)| (?:{name_end}):| ?\z))?")
+    replaces = {"TargetUserSid": SLOTS["TargetUserSid"][index], "TargetUserName": SLOTS["TargetUserName"][index],
+                "TargetDomainName": SLOTS["TargetDomainName"][index]}
+    if section in ("New Logon", "Target Subject"):
+        replaces["TargetLogonId"] = SLOTS["TargetLogonId"][("New Logon", "Target Subject").index(section)]
+    return Section(section, f"{section}:", regex,
+                   ("TargetUserSid", "TargetUserName", None, "TargetDomainName", "TargetLogonId"), replaces)
+
+
+SECTIONS: tuple[Section, ...] = (_subject_section(),
+                                 *(_target_section(s, i) for i, s in enumerate(_TARGET_SECTIONS)))
+# Separates the groups of a section in ``regexp_replace``'s output (text containing it takes the per-slot path).
+_GROUP_SEP = "\x01"
+
+
 _KERBEROS = ("4768", "4769", "4770", "4771")
 _LOGONS = ("4624", "4625", "4648")
 _TARGETS = (*_LOGONS, "4688", "4720", "4722", "4723", "4724", "4725", "4726", "4738", "4740", *_KERBEROS, "4776",
@@ -419,17 +465,58 @@ def add_match(df, sys: Column, j: Column):
     def json_value(name: str) -> Column:
         return F.try_element_at(j, F.lit(name))
 
+    code = w.getField("code")
+
+    def wanted(names) -> Column:
+        return code.isin(*sorted({c for n in names for c in SLOT_CODES[n]})) | code.isNull()
+
+    # Each section regex runs once (materialized in _ws), only when its start is in the text and the event has
+    # one of its slots; text containing the group separator keeps the per-slot regexes (same values).
+    by_sections = ~cut.contains(_GROUP_SEP)
+    df = df.withColumn("_ws", F.when(w.isNotNull() & by_sections, F.struct(*[
+        F.when(cut.contains(sec.gate) & wanted(sec.replaces), _section_groups(cut, sec)).alias(sec.name)
+        for sec in SECTIONS])))
+    sections = {(slot, regex): _section_value(F.col("_ws").getField(sec.name), sec, slot)
+                for sec in SECTIONS for slot, regex in sec.replaces.items()}
+
     def from_text(name: str) -> Column:
         # Each regex runs only when its literal start is in the text (a byte search, no String conversion).
-        chain = F.coalesce(*[F.when(cut.contains(gate), F.nullif(F.regexp_extract(cut, r, 1), F.lit("")))
-                             for gate, r in map(_gated, SLOTS[name])])
-        code = w.getField("code")
-        return F.when(json_value(name).isNull() & (code.isin(*SLOT_CODES[name]) | code.isNull()), chain)
+        def entry(gate: str, r: str) -> Column:
+            value = F.when(cut.contains(gate), F.nullif(F.regexp_extract(cut, r, 1), F.lit("")))
+            section = sections.get((name, r))
+            return value if section is None else F.when(by_sections, section).otherwise(value)
+
+        chain = F.coalesce(*[entry(gate, r) for gate, r in map(_gated, SLOTS[name])])
+        return F.when(json_value(name).isNull() & wanted((name,)), chain)
 
     df = df.withColumn("_wt", F.when(w.isNotNull(), F.struct(*[from_text(n).alias(n) for n in SLOTS])))
     t = F.col("_wt")
     slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), t.getField(n))).alias(n) for n in SLOTS])
     return df.withColumn("_wd", F.when(w.isNotNull(), slots))
+
+
+def _section_groups(text: Column, section: Section) -> Column:
+    """The groups of ``section``'s first match in ``text`` as an array of strings ("" for a group that did not
+    take part), null when it does not match: one regex pass (``regexp_replace`` of the whole text by the
+    separated groups, then ``split``) instead of one ``regexp_extract`` per group."""
+    n = len(section.groups)
+    marked = F.regexp_replace(text, rf"(?s)^.*?(?:{section.regex}).*$",
+                              _GROUP_SEP + _GROUP_SEP.join(f"${i}" for i in range(1, n + 1)))
+    # A match starts with the separator (the text itself never does: such text is not read by sections).
+    return F.when(marked.startswith(_GROUP_SEP), F.split(F.substring(marked, 2, 1 << 30), _GROUP_SEP))
+
+
+def _section_value(groups: Column, section: Section, slot: str) -> Column:
+    """``slot``'s value from a section's groups (null for none or ""), as its per-slot regex would read it."""
+    def group(i: int) -> Column:
+        return F.nullif(F.try_element_at(groups, F.lit(i + 1)), F.lit(""))
+
+    value = group(section.groups.index(slot))
+    if slot == "TargetLogonId":
+        # The per-slot regex needs the SID and "Account Domain" (not "Supplied Realm Name") before Logon ID.
+        sid, label = group(section.groups.index("TargetUserSid")), group(2)
+        value = F.when(sid.isNotNull() & (label == F.lit("Account Domain")), value)
+    return value
 
 
 def _event_data(j: Column) -> Column:
