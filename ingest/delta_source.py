@@ -13,6 +13,7 @@ Usage::
           .option("path", "/abs/path/lake/events")       # or .load("/abs/path/lake/events")
           .option("startingVersion", "earliest")         # default; or "latest", or a version number
           .option("maxFilesPerTrigger", 1000)            # default, like delta-spark
+          .option("initialOffsetFile", "/abs/path/checkpoint/nightjar_delta/events.initial.json")
           .load())
 
 Columns: the table's schema when the query starts (partition columns included, with their values taken
@@ -40,6 +41,16 @@ What a commit may contain, and what the source does with it:
   version, because an append-only reader cannot express a deletion. ``ignoreDeletes=true`` skips commits
   that only remove files; ``ignoreChanges=true`` also delivers the files such commits rewrite (rows that
   were not changed arrive again: downstream must tolerate duplicates).
+
+Why ``initialOffsetFile``: Spark logs no start offset for batch 0 and asks ``initialOffset()`` again on every
+trigger until batch 0 is planned and again when batch 0 is replayed after a crash, and the Python Data
+Source API gives the reader no access to the checkpoint (Spark's own Kafka source keeps its initial
+offsets in ``<checkpoint>/sources/<n>/``). ``startingVersion=latest`` (or ``earliest`` on a table with no
+files yet) computed again after commits arrived would start past the replayed batch's logged end and skip
+the rows in between. With the option, the first ``initialOffset()`` writes the offset to that file
+(atomically, owner-only) and every later call, in this run or after a restart, returns the stored one.
+Without it the offset lives only in the reader's memory: safe while the query runs, not across a crash in
+batch 0. The file belongs with the checkpoint: put it inside, and delete both together.
 
 Only local table paths are supported (the lake is a local or shared-volume directory).
 """
@@ -97,6 +108,7 @@ class DeltaSourceOptions:
     ignore_changes: bool
     min_partitions: int
     read_batch_rows: int
+    initial_offset_file: str | None = None
 
     @staticmethod
     def parse(options: dict[str, str]) -> DeltaSourceOptions:
@@ -116,6 +128,7 @@ class DeltaSourceOptions:
                              f"number (0, 1, ...), got {starting!r}")
         max_files = _positive(opts, "maxfilespertrigger", "maxFilesPerTrigger", DEFAULT_MAX_FILES_PER_TRIGGER)
         max_bytes = opts.get("maxbytespertrigger")
+        initial_file = (opts.get("initialoffsetfile") or "").strip()
         return DeltaSourceOptions(
             path=_local_path(raw_path),
             starting_version=start,
@@ -125,15 +138,16 @@ class DeltaSourceOptions:
             ignore_changes=_bool(opts, "ignorechanges", "ignoreChanges"),
             min_partitions=_positive(opts, "minpartitions", "minPartitions", 2) or 2,
             read_batch_rows=_positive(opts, "readbatchrows", "readBatchRows", 20_000) or 20_000,
+            initial_offset_file=_local_path(initial_file, "initialOffsetFile") if initial_file else None,
         )
 
 
-def _local_path(raw: str) -> str:
+def _local_path(raw: str, what: str = "table") -> str:
     parsed = urlparse(raw)
     if parsed.scheme == "file":
         raw = unquote(parsed.path)
     elif parsed.scheme and len(parsed.scheme) > 1:  # one letter: a Windows drive, not a scheme
-        raise ValueError(f"nightjar_delta: only local table paths are supported, got {raw!r}")
+        raise ValueError(f"nightjar_delta: only local {what} paths are supported, got {raw!r}")
     # Absolute now: executors must not resolve it against their own working directory.
     return os.path.abspath(raw)
 
@@ -398,6 +412,76 @@ def commit_order(table: str, version: int, paths: set[str]) -> dict[str, tuple[i
     return placed
 
 
+# --- the stored initial offset ----------------------------------------------------------------------------
+
+INITIAL_OFFSET_FORMAT = 1
+
+
+def load_initial_offset(file: str, table: str) -> dict[str, Any] | None:
+    """The initial offset stored in ``file`` for ``table``, or None when there is none yet.
+
+    Raises when the file is unreadable or belongs to another table: its offset would mean nothing here, and
+    guessing a new one is exactly the loss the file exists to prevent."""
+    try:
+        text = Path(file).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        stored = json.loads(text)
+        offset = Position.parse(stored["offset"]).json()
+        owner = stored["table"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DeltaSourceError(f"nightjar_delta: initialOffsetFile {file} is not a stored initial offset ({exc}); "
+                               f"{RESTART_HINT}") from exc
+    if owner != table:
+        raise DeltaSourceError(
+            f"nightjar_delta: initialOffsetFile {file} holds the initial offset of a query on {owner}, not "
+            f"{table}; give every query its own file inside its own checkpoint"
+        )
+    return offset
+
+
+def store_initial_offset(file: str, table: str, starting_version: str | int,
+                         offset: dict[str, Any]) -> dict[str, Any]:
+    """Store ``offset`` as the initial offset in ``file`` unless one is stored already; return the one stored.
+
+    Written to a temporary file (owner-only, fsynced) that is then linked to its name: a crash leaves either
+    no file or a whole one, and when two readers race, the first one's offset wins and both return it."""
+    target = Path(file)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    record = {"format": INITIAL_OFFSET_FORMAT, "table": table, "startingVersion": starting_version,
+              "offset": offset, "writtenAt": dt.datetime.now(dt.UTC).isoformat()}
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(record, out)
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(temp, target)  # unlike rename, never replaces a file another reader stored first
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: rename (atomic; a racing writer may win instead)
+            if not target.exists():
+                os.replace(temp, target)
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_dir(target.parent)
+    stored = load_initial_offset(file, table)
+    assert stored is not None
+    return stored
+
+
+def _fsync_dir(path: Path) -> None:
+    # The new name must survive a power cut too, or a restart would compute a new offset after all.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 # --- the reader ----------------------------------------------------------------------------------------
 
 
@@ -419,6 +503,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target: int | None = None
         self._commits: dict[int, list[DataFile]] = {}  # versions are immutable: parse each once
         self._snapshot: tuple[int, str, list[DataFile]] | None = None  # (version, order, files)
+        self._initial: dict[str, Any] | None = None  # the first initialOffset() answer (see initialOffset)
 
     # Only options and schema travel to executors; the driver's log caches stay behind.
     def __getstate__(self) -> dict[str, Any]:
@@ -458,6 +543,24 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             version += 1
 
     def initialOffset(self) -> dict[str, Any]:
+        """Where a new checkpoint starts: computed once, then the same answer on every later call.
+
+        Spark asks again on every trigger until batch 0 is planned and when batch 0 is replayed after a crash,
+        and keeps no copy of its own (see the module docstring). In memory the answer survives the first case;
+        ``initialOffsetFile`` makes it survive the second."""
+        if self._initial is None:
+            file, table = self.options.initial_offset_file, self.options.path
+            stored = load_initial_offset(file, table) if file else None
+            if stored is not None:
+                log.info("delta source: initial offset %s, stored in %s", stored, file)
+            else:
+                stored = self._compute_initial_offset()
+                if file:
+                    stored = store_initial_offset(file, table, self.options.starting_version, stored)
+            self._initial = stored
+        return dict(self._initial)
+
+    def _compute_initial_offset(self) -> dict[str, Any]:
         latest = self._latest_version()
         spec = self.options.starting_version
         if latest < 0:
@@ -707,8 +810,21 @@ class DeltaDataSource(DataSource):
         return DeltaStreamReader(dict(self.options), schema)
 
 
-def read_delta_stream(spark, path: str | Path, starting_version: str = "earliest"):
-    """The append-only Delta table at ``path`` as a streaming DataFrame (registers the source first)."""
+def read_delta_stream(spark, path: str | Path, starting_version: str = "earliest",
+                      initial_offset_file: str | Path | None = None):
+    """The append-only Delta table at ``path`` as a streaming DataFrame (registers the source first).
+
+    ``initial_offset_file``: where the query's initial offset is kept (see the module docstring); give a path
+    inside the query's checkpoint so a crash in its first batch cannot lose or repeat rows."""
     spark.dataSource.register(DeltaDataSource)
-    return (spark.readStream.format(SOURCE_NAME).option("path", str(path))
-            .option("startingVersion", starting_version).load())
+    reader = (spark.readStream.format(SOURCE_NAME).option("path", str(path))
+              .option("startingVersion", starting_version))
+    if initial_offset_file is not None:
+        reader = reader.option("initialOffsetFile", str(initial_offset_file))
+    return reader.load()
+
+
+def initial_offset_file(checkpoint: str | Path, table_name: str) -> Path:
+    """Where a query with checkpoint ``checkpoint`` keeps the initial offset of the table it tails: inside the
+    checkpoint (so deleting the checkpoint resets both), outside the directories Spark manages there."""
+    return Path(checkpoint) / SOURCE_NAME / f"{table_name}.initial.json"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import stat
 import uuid
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ingest.delta_source import (
     _pack,
     _parse_partition_value,
     commit_order,
+    initial_offset_file,
     read_snapshot,
 )
 
@@ -488,3 +490,99 @@ def test_a_compacted_file_is_ordered_by_the_newest_commit_it_holds(spark, tmp_pa
     assert sorted(map(tuple, _file_ids(table, again[:2]))) == sorted(map(tuple, _file_ids(table, files[:2])))
     assert again[2] == files[2]
     assert len(commit_order(str(table), 4, {f.path for f in again})) == 1
+
+
+# --- the initial offset survives a replayed batch 0 (#13/#16) -----------------------------------------------
+
+
+def test_the_initial_offset_is_computed_once_and_the_stored_one_outlives_the_reader(tmp_path):
+    """Spark asks initialOffset() on every trigger until batch 0 is planned, and again when batch 0 is replayed:
+    the answer must not move with the table. In memory it holds for one reader; the file holds across restarts."""
+    table, stored = tmp_path / "t", tmp_path / "cp" / "nightjar_delta" / "t.initial.json"
+    _append(table, 0, 10)  # version 0
+    schema = from_arrow_schema(NARROW)
+    plain = DeltaStreamReader({"path": str(table), "startingVersion": "latest"}, schema)
+    assert plain.initialOffset() == {"version": 1, "index": -1, "snapshot": False}
+    _append(table, 10, 10)  # version 1: must still be ahead of the start
+    assert plain.initialOffset() == {"version": 1, "index": -1, "snapshot": False}
+    # A new reader (a restart) without the file computes a new start: version 1 would be skipped.
+    assert DeltaStreamReader({"path": str(table), "startingVersion": "latest"}, schema).initialOffset()["version"] == 2
+
+    options = {"path": str(table), "startingVersion": "latest", "initialOffsetFile": str(stored)}
+    first = DeltaStreamReader(options, schema).initialOffset()
+    assert first == {"version": 2, "index": -1, "snapshot": False}
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert json.loads(stored.read_text())["table"] == str(table)
+    assert [p.name for p in stored.parent.iterdir()] == [stored.name]  # no temporary file left behind
+    _append(table, 20, 10)  # version 2
+    assert DeltaStreamReader(options, schema).initialOffset() == first  # restarted: the stored start
+
+    other = tmp_path / "other"
+    _append(other, 0, 1)
+    with pytest.raises(Exception, match="holds the initial offset of a query on .*/t, not .*/other"):
+        DeltaStreamReader({**options, "path": str(other)}, schema).initialOffset()
+    stored.write_text("{not json")
+    with pytest.raises(Exception, match="is not a stored initial offset"):
+        DeltaStreamReader(options, schema).initialOffset()
+
+
+def _spark_replays_batch_0(options: dict[str, str], table: Path) -> list[int]:
+    """What Spark does around a crash in batch 0, call by call (MicroBatchExecution, PythonMicroBatchStream):
+    plan batch 0 from initialOffset() and log its end; commit 1 lands meanwhile; the query dies before batch 0
+    is committed; commits 2 and 3 arrive; a new reader (the restart) replays batch 0 from a fresh
+    initialOffset() to the logged end, then plans on. Returns every id delivered, in order."""
+    schema = from_arrow_schema(NARROW)
+    first = DeltaStreamReader(options, schema)
+    start = first.initialOffset()
+    _append(table, 0, 10)  # version 1: lands between initialOffset() and latestOffset() of the first trigger
+    logged_end = first.latestOffset(start, ReadMaxFiles(1000))
+    assert [f for p in first.partitions(start, logged_end) for f in p.files]  # batch 0 reads commit 1, then dies
+    _append(table, 10, 10)  # versions 2 and 3: between the crash and the restart
+    _append(table, 20, 10)
+    restarted = DeltaStreamReader(options, schema)
+    batches = [(restarted.initialOffset(), logged_end)]  # batch 0 replayed: Spark has no start offset for it
+    batches.append((logged_end, restarted.latestOffset(logged_end, ReadMaxFiles(1000))))
+    files = [f for begin, end in batches for p in restarted.partitions(begin, end) for f in p.files]
+    return [i for ids in _file_ids(table, sorted(files, key=lambda f: f.version)) for i in ids]
+
+
+@pytest.mark.parametrize("keep_initial", [False, True])
+def test_latest_loses_the_rows_of_a_replayed_batch_0_unless_the_initial_offset_is_stored(tmp_path, keep_initial):
+    """startingVersion=latest: batch 0 held commit 1 and crashed; commits 2 and 3 arrived before the restart.
+    initialOffset() computed again starts past batch 0's logged end, so commit 1 is never delivered."""
+    table = tmp_path / "t"
+    _append(table, 1000, 10)  # version 0: before the query, never delivered
+    options = {"path": str(table), "startingVersion": "latest"}
+    if keep_initial:
+        options["initialOffsetFile"] = str(initial_offset_file(tmp_path / "cp", "t"))
+    delivered = _spark_replays_batch_0(options, table)
+    if keep_initial:
+        assert delivered == list(range(30))
+    else:
+        assert delivered == list(range(10, 30))  # commit 1 lost
+
+
+@pytest.mark.parametrize("keep_initial", [False, True])
+def test_a_crash_in_batch_0_on_an_empty_table_repeats_every_row_unless_the_initial_offset_is_stored(
+        spark, tmp_path, keep_initial):
+    """The windowed rules on a fresh lake: events_stream creates an empty ``events`` table, then tails it from
+    earliest. The first batch (empty: Spark always runs batch 0) crashes; ingest commits 3 times; the query
+    restarts. initialOffset() computed again names the snapshot of the table now, so the replayed batch 0
+    reads every row, and batch 1 reads them again from the logged end. Stored in the checkpoint: each once."""
+    table, checkpoint = tmp_path / "events", tmp_path / "cp"
+    DeltaTable.create(str(table), NARROW)  # version 0: no files, as ensure_table leaves it
+    options: dict = {"schema": from_arrow_schema(NARROW)}
+    if keep_initial:
+        options["initialOffsetFile"] = initial_offset_file(checkpoint, "events")
+    delivered: dict[int, list[int]] = {}
+    _record(_stream(spark, table, **options), checkpoint, delivered, crash=0)
+    assert delivered == {}
+    for i in range(3):  # versions 1-3: between the crash and the restart
+        _append(table, i * 10, 10)
+    _record(_stream(spark, table, **options), checkpoint, delivered)
+    got = sorted(i for ids in delivered.values() for i in ids)
+    if keep_initial:
+        assert got == list(range(30)) and delivered[0] == []
+        assert stat.S_IMODE((checkpoint / "nightjar_delta" / "events.initial.json").stat().st_mode) == 0o600
+    else:
+        assert got == sorted([*range(30), *range(30)])  # every row twice
