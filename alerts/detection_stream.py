@@ -391,17 +391,22 @@ class SingleEventDetector:
 
 
 # -- windowed rules: one query ------------------------------------------------------------------------------------
-def events_stream(spark: SparkSession, settings: Settings, schema) -> DataFrame:
-    """The ``events`` table as a stream (created empty first, so its schema is known before the first batch)."""
+def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: Path | None = None) -> DataFrame:
+    """The ``events`` table as a stream (created empty first, so its schema is known before the first batch).
+
+    ``checkpoint``: the checkpoint of the query that reads it. The source keeps its initial offset there, so a
+    crash in the query's first batch followed by new commits neither loses nor repeats events (#13/#16);
+    without it (tests, one-off reads) that case is unsafe."""
     from pyspark.sql.types import StructType
 
     from ingest.delta_sink import arrow_schema, ensure_table
-    from ingest.delta_source import read_delta_stream
+    from ingest.delta_source import initial_offset_file, read_delta_stream
     from ingest.normalize import EVENT_TIME_COLUMN
 
     path = settings.table_path(TABLE_EVENTS)
     ensure_table(path, arrow_schema(StructType([f for f in schema.fields if f.name != EVENT_TIME_COLUMN])))
-    return read_delta_stream(spark, path)
+    keep = initial_offset_file(checkpoint, TABLE_EVENTS) if checkpoint is not None else None
+    return read_delta_stream(spark, path, initial_offset_file=keep)
 
 
 def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,
@@ -430,11 +435,12 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
             log.info("%s batch %d: %d alert revision(s); %d open alert(s) held", name, batch_id, len(published),
                      folder.held)
 
-    events = detection_input(events_stream(spark, settings, ruleset.schema), observe_as=name)
+    checkpoint = settings.checkpoint(name)
+    events = detection_input(events_stream(spark, settings, ruleset.schema, checkpoint), observe_as=name)
     events = events.withWatermark(EVENT_TIME_COLUMN, settings.detection_watermark)
     out = aggregate(events, specs).withColumn(BATCH_TS, F.current_timestamp())
     writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(short_batch_errors(write))
-              .option("checkpointLocation", str(settings.checkpoint(name))))
+              .option("checkpointLocation", str(checkpoint)))
     query = trigger.apply(writer).start()
     log.info("started query %s: %d windowed rule(s) (%s)", name, len(rules), ", ".join(sorted(ids)))
     return query
@@ -490,10 +496,11 @@ def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, r
         published = folder.process(rows, batch_id, at)
         ruleset.health.batch_done(name, [rule.rule_id], at, {a["rule_id"] for a in published})
 
-    out = rule.detect(detection_input(events_stream(spark, settings, ruleset.schema))).withColumn(
+    checkpoint = settings.checkpoint(f"rules/{rule.rule_id}-{rule.digest}")
+    out = rule.detect(detection_input(events_stream(spark, settings, ruleset.schema, checkpoint))).withColumn(
         BATCH_TS, F.current_timestamp())
     writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(short_batch_errors(write))
-              .option("checkpointLocation", str(settings.checkpoint(f"rules/{rule.rule_id}-{rule.digest}"))))
+              .option("checkpointLocation", str(checkpoint)))
     log.info("started query %s (%s, %s)", name, rule.kind, rule.source.name)
     return trigger.apply(writer).start()
 

@@ -288,7 +288,8 @@ class Supervisor:
         from enrich.auth_sessions import start_auth_sessions
 
         self._add(Managed(QUERY_AUTH_SESSIONS, lambda: start_auth_sessions(
-            self.spark, self.settings, self.trigger, events_stream(self.spark, self.settings, self.ruleset.schema))))
+            self.spark, self.settings, self.trigger, events_stream(
+                self.spark, self.settings, self.ruleset.schema, self.settings.checkpoint(QUERY_AUTH_SESSIONS)))))
 
     def _sync_detection(self) -> None:
         """Start, restart or stop the detection queries so they match the current rules."""

@@ -194,7 +194,8 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
         if published:
             log.info("%s batch %d: %d ML alert revision(s)", QUERY_ML, batch_id, len(published))
 
-    events = detection_input(events_stream(spark, settings, events_schema(spark)), observe_as=QUERY_ML)
+    events = detection_input(events_stream(spark, settings, events_schema(spark), settings.checkpoint(QUERY_ML)),
+                             observe_as=QUERY_ML)
     events = events.withWatermark(EVENT_TIME_COLUMN, DEFAULT_ML_WATERMARK)
     feats = entity_features(events, time_col=EVENT_TIME_COLUMN).withColumn(BATCH_TS, F.current_timestamp())
     writer = (feats.writeStream.queryName(QUERY_ML).outputMode("update").foreachBatch(short_batch_errors(write))
