@@ -42,15 +42,14 @@ What a commit may contain, and what the source does with it:
   that only remove files; ``ignoreChanges=true`` also delivers the files such commits rewrite (rows that
   were not changed arrive again: downstream must tolerate duplicates).
 
-Why ``initialOffsetFile``: Spark logs no start offset for batch 0 and asks ``initialOffset()`` again on every
-trigger until batch 0 is planned and again when batch 0 is replayed after a crash, and the Python Data
-Source API gives the reader no access to the checkpoint (Spark's own Kafka source keeps its initial
+Why ``initialOffsetFile``: Spark logs no start offset for batch 0; it asks ``initialOffset()`` when it plans
+batch 0 (always at the first trigger, with or without data) and again when it replays batch 0 after a
+crash, and the Python Data Source API gives the reader no access to the checkpoint (Spark's own Kafka source keeps its initial
 offsets in ``<checkpoint>/sources/<n>/``). ``startingVersion=latest`` (or ``earliest`` on a table with no
 files yet) computed again after commits arrived would start past the replayed batch's logged end and skip
 the rows in between. With the option, the first ``initialOffset()`` writes the offset to that file
 (atomically, owner-only) and every later call, in this run or after a restart, returns the stored one.
-Without it the offset lives only in the reader's memory: safe while the query runs, not across a crash in
-batch 0. The file belongs with the checkpoint: put it inside, and delete both together.
+Without it the first answer is only kept in the reader's memory, which a crash in batch 0 loses. The file belongs with the checkpoint: put it inside, and delete both together.
 
 Only local table paths are supported (the lake is a local or shared-volume directory).
 """
@@ -545,9 +544,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """Where a new checkpoint starts: computed once, then the same answer on every later call.
 
-        Spark asks again on every trigger until batch 0 is planned and when batch 0 is replayed after a crash,
-        and keeps no copy of its own (see the module docstring). In memory the answer survives the first case;
-        ``initialOffsetFile`` makes it survive the second."""
+        Spark asks again when it replays batch 0 after a crash and keeps no copy of its own (see the module
+        docstring): ``initialOffsetFile`` makes the first answer survive that; without it, one reader at least
+        never answers twice differently."""
         if self._initial is None:
             file, table = self.options.initial_offset_file, self.options.path
             stored = load_initial_offset(file, table) if file else None
