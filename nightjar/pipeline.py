@@ -257,6 +257,9 @@ class Supervisor:
         self._last_reload = time.monotonic()
         self._health_folder = None
         self._health_batch: int | None = None
+        # Health alerts not yet in the alerts table (e.g. its disk was full): retried every poll, same batch id.
+        self._health_pending: list[tuple[int, list[dict], dt.datetime]] = []
+        self._health_warned: set[int] = set()
 
     # -- starting ------------------------------------------------------------------------------------------------
     def start_ingest(self) -> None:
@@ -356,6 +359,7 @@ class Supervisor:
     def poll(self) -> None:
         """One round: notice failures and restart what is due; in a live run, follow the rule files."""
         now = time.monotonic()
+        self.flush_health_alerts()
         for m in list(self.managed.values()):
             if m.done or m.query is None:
                 continue
@@ -415,6 +419,9 @@ class Supervisor:
         log.error("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
 
     def stop(self) -> None:
+        if not self.flush_health_alerts():
+            log.error("%d health alert batch(es) could not be written to the alerts table before the stop (the SOC "
+                      "may have them on the alerts topic); see the warnings above", len(self._health_pending))
         INTERRUPTED_BATCHES.stopping.set()
         if self.recorder is not None:
             self.recorder.stopping = True
@@ -440,7 +447,25 @@ class Supervisor:
                   "host_name": None, "user_name": None, "detail": f"its query failed: {error}"[:300]}
                  for rid in rule_ids]
         self._health_batch += 1
-        self._health_folder.process(cands, self._health_batch, at)
+        self._health_pending.append((self._health_batch, cands, at))
+        self.flush_health_alerts()
+
+    def flush_health_alerts(self) -> bool:
+        """Publish the pending health alerts in order; True when none is left. A publish that fails (the lake's disk
+        full while Kafka took the message) is retried with the same batch id and content: the alerts table gets the
+        revision once (Delta app transaction) and the topic at worst carries an identical copy."""
+        while self._health_pending:
+            batch, cands, at = self._health_pending[0]
+            try:
+                self._health_folder.process(cands, batch, at)
+            except Exception as exc:
+                if batch not in self._health_warned:  # one line per alert batch, not one per poll
+                    self._health_warned.add(batch)
+                    log.warning("health alert(s) for %s not yet in the alerts table (%s); retrying",
+                                ", ".join(c["entity"]["value"] for c in cands), summarize_query_error(str(exc)))
+                return False
+            self._health_pending.pop(0)
+        return True
 
 
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,

@@ -17,6 +17,7 @@ from core.config import (
     TABLE_EVENTS,
     TABLE_NETWORKS,
     TABLE_PIPELINE_PROGRESS,
+    TOPIC_ALERTS,
     TOPIC_RAW_ZEEK,
     Settings,
 )
@@ -189,3 +190,32 @@ def test_a_jvm_call_cut_by_the_stop_is_one_info_line_and_before_the_stop_stays_a
     assert f.filter(after)
     assert after.levelno == logging.INFO and after.exc_info is None
     assert after.getMessage() == "a call into the JVM was cut by the stop (py4j: Error while sending or receiving)"
+
+
+def test_a_health_alert_the_alerts_table_could_not_take_is_retried_until_it_lands_once(settings, broker) -> None:
+    """The lake's disk full while Kafka works (seen in the chaos test): the health alert reached the topic but not
+    the table. It stays pending and is written by a later poll, once, with the content the topic carries."""
+    import datetime as dt
+    import shutil
+
+    from alerts.detection_stream import HEALTH_RULE
+    from nightjar.pipeline import Supervisor
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    sup = object.__new__(Supervisor)  # only the health-alert path: no Spark session, no queries
+    sup.settings = settings
+    sup._health_folder, sup._health_batch, sup._health_pending, sup._health_warned = None, None, [], set()
+    table = settings.table_path(TABLE_ALERTS)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text("not a Delta table: writes into it fail")  # a real failure of the table write
+    at = dt.datetime(2026, 3, 9, 10, 40)
+    sup._health_alerts(["dns_dga"], "Python worker failed to connect back", at)
+    assert len(sup._health_pending) == 1 and not table.is_dir()
+    assert sup.flush_health_alerts() is False  # still failing: still pending
+    table.unlink()
+    assert sup.flush_health_alerts() is True and sup._health_pending == []
+    rows = table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist()
+    assert [(r["rule_id"], r["entity"]["value"], r["revision"]) for r in rows] == [(HEALTH_RULE.rule_id, "dns_dga", 1)]
+    assert sup.flush_health_alerts() is True  # nothing left, nothing written twice
+    assert row_count(settings.lake, TABLE_ALERTS) == 1
+    shutil.rmtree(table)
