@@ -106,10 +106,10 @@ def test_batch_and_stream_give_the_same_features_and_the_same_ml_alerts(spark, e
     streaming aggregation (production watermark, update mode, the newest row per entity-hour) over the same table,
     fed commit by commit as the pipeline writes them, are equal, and so are the alerts the models raise on them.
 
-    Commit by commit: a stream that *starts* on a table of several commits reads its initial snapshot in the
-    Delta source's file order (by path, i.e. random uuids, not commit order), so with one file per micro-batch a
-    later commit can come first and push the watermark past the hours of the earlier ones — their rows are then
-    late and dropped (8 of 57 entity-hours here, before this test ran commit by commit; docs/ml.md, "Parity")."""
+    Commit by commit, as production writes them. (A stream that *starts* on a table of several commits used to read
+    its snapshot by file path, so a later commit could push the watermark past earlier ones: 8 of 57 entity-hours
+    lost here once. The source now reads a snapshot in commit order; tests/test_delta_source.py covers that case,
+    docs/ml.md "Parity".)"""
     from alerts.backtest import read_events
     from alerts.detection_input import detection_input
     from alerts.ml.ml_command import score_window
