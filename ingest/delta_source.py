@@ -234,7 +234,7 @@ def table_version(table: str) -> int:
     if not (Path(table) / "_delta_log").is_dir():
         return -1
     try:
-        return DeltaTable(table, without_files=True).version()
+        return DeltaTable(table).version()
     except TableNotFoundError:
         return -1  # the directory exists but the first commit is not written yet
 
@@ -801,7 +801,7 @@ class DeltaDataSource(DataSource):
                 "pipeline that writes it first (`nightjar run`), or give the schema with "
                 "spark.readStream.schema(...) and the query will wait for the table"
             )
-        table = DeltaTable(path, without_files=True)
+        table = DeltaTable(path)
         _check_metadata({"configuration": table.metadata().configuration}, f"table {path}")
         return from_arrow_schema(pa.schema(table.schema().to_arrow()))
 

@@ -44,6 +44,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from core.config import (
     RAW_TOPICS,
+    TABLE_AUTH_SESSIONS,
     TABLE_BRONZE,
     TABLE_DHCP_SESSIONS,
     TABLE_EVENTS,
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 
 QUERY_INGEST = "ingest"
 QUERY_DETECT = "detect"  # every detection query (windowed, windowed-append, one per own-plan Python rule)
-QUERY_AUTH_SESSIONS = "auth_sessions"  # enrich/auth_sessions.py: SSH logins joined with their Zeek records
+QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # as in enrich/auth_sessions.py: the query is named after its table
 QUERIES = (QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS)
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
