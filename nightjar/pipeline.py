@@ -70,7 +70,8 @@ DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back whil
 
 class InterruptedBatchFilter(logging.Filter):
     """Once the run stops its queries, py4j's "exception while executing the Python Proxy" ERROR with a Java
-    ``InterruptedException`` traceback is the micro-batch that the stop interrupted: nothing failed, and the next run
+    ``InterruptedException`` traceback (or a refused connection: the JVM stopped first) is the micro-batch that the
+    stop interrupted: nothing failed, and the next run
     replays that batch from its checkpoint. The record becomes one INFO line saying so; before the stop such a
     record is a real failure and stays as it is.
 
@@ -82,7 +83,8 @@ class InterruptedBatchFilter(logging.Filter):
         self.stopping = threading.Event()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.stopping.is_set() and record.exc_info and "InterruptedException" in _text(record.exc_info[1]):
+        if self.stopping.is_set() and record.exc_info and \
+                any(m in _text(record.exc_info[1]) for m in STOP_INTERRUPTIONS):
             record.levelno, record.levelname = logging.INFO, "INFO"
             record.msg, record.args = ("a micro-batch was interrupted by the stop; the next run replays it from its "
                                        "checkpoint"), ()
@@ -104,6 +106,8 @@ def _text(exc: BaseException | None) -> str:
 
 
 PY4J_SEND_FAILED = "Exception while sending command"
+# What a micro-batch dies of when the stop interrupts it, or the JVM's own SIGTERM hook closed the gateway first.
+STOP_INTERRUPTIONS = ("InterruptedException", "Connection refused")
 INTERRUPTED_BATCHES = InterruptedBatchFilter()
 logging.getLogger("py4j.clientserver").addFilter(INTERRUPTED_BATCHES)
 logging.getLogger().addFilter(INTERRUPTED_BATCHES)  # py4j's java_gateway logs the cut connection on the root logger

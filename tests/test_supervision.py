@@ -170,6 +170,8 @@ def test_a_batch_interrupted_by_the_stop_is_one_info_line_and_a_real_failure_sta
     assert after.levelno == logging.INFO and after.exc_info is None and "replays it" in after.getMessage()
     other = record(RuntimeError("java.lang.OutOfMemoryError: Java heap space"))
     assert f.filter(other) and other.levelno == logging.ERROR and other.exc_info  # a real error stays an error
+    gone = record(ConnectionRefusedError(111, "Connection refused"))  # the JVM's SIGTERM hook stopped it first
+    assert f.filter(gone) and gone.levelno == logging.INFO and "replays it" in gone.getMessage()
 
 
 def test_a_jvm_call_cut_by_the_stop_is_one_info_line_and_before_the_stop_stays_an_error():
