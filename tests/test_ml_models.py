@@ -87,6 +87,31 @@ def test_behaviour_baseline_scores_against_the_entitys_own_history_and_names_the
     assert tops[0][0][0] == "bytes_out" and tops[2][0][0] == "new_admin_peers"
 
 
+def test_the_threshold_sits_above_all_but_the_false_alert_budget_of_held_out_scores():
+    held = [18.0, 9.0, 5.0, 4.0, 1.0]
+    # half a day at 3 false alerts a day: one held-out hour may be above, the next sets the threshold (+1 margin)
+    assert behaviour_model.calibrate_threshold(held, holdout_days=0.5) == 10.0
+    assert behaviour_model.calibrate_threshold(held, holdout_days=1.0) == 5.0  # three above: 4.0 + 1
+    assert behaviour_model.calibrate_threshold(held, holdout_days=0.2) == 19.0  # under a third of a day: the highest
+    # never under one first-seen item (z = 1 / NEW_SCALE) plus the margin, also when the budget covers every score
+    assert behaviour_model.calibrate_threshold([0.5], holdout_days=0.0) == 1.0 / behaviour_model.NEW_SCALE + 1.0
+    assert behaviour_model.calibrate_threshold(held, holdout_days=5.0) == 1.0 / behaviour_model.NEW_SCALE + 1.0
+
+
+def test_training_records_the_held_out_hours_that_set_the_threshold():
+    from alerts.ml.ml_command import fit_behaviour
+
+    features = pd.concat([_rows("ws-1", 24, 2e5, peers=["10.10.8.10"]), _rows("ws-2", 24, 3e5, peers=["10.10.8.10"])],
+                         ignore_index=True)
+    features.loc[features.index[-1], "bytes_out"] = 5e8  # ws-2's last hour (held out): far above its normal
+    bundle, metrics = fit_behaviour(features)
+    top = metrics["holdout_top"]
+    assert top[0]["entity"] == "host:ws-2" and top[0]["score"] == round(metrics["holdout_max_score"], 2)
+    assert "bytes_out" in top[0]["features"]
+    assert [t["score"] for t in top] == sorted((t["score"] for t in top), reverse=True)
+    json.dumps(metrics)  # stored in metadata.json
+
+
 def _bundle(threshold: float = 1.0) -> dict:
     pipe, thr, _ = domain_model.fit(benign_names(1))
     return {"pipeline": pipe, "threshold": thr if threshold is None else threshold}

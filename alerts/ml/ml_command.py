@@ -91,14 +91,26 @@ def fit_behaviour(features: pd.DataFrame) -> tuple[dict, dict]:
     fit_part, held = _split(features)
     known = behaviour_model.known_sets(fit_part)
     calib = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(fit_part, known))
-    held_scores = behaviour_model.score(calib, behaviour_model.with_new_counts(held, known))
-    threshold = behaviour_model.calibrate_threshold(held_scores)
+    held_frame = behaviour_model.with_new_counts(held, known)
+    held_scores = behaviour_model.score(calib, held_frame)
+    threshold = behaviour_model.calibrate_threshold(held_scores, holdout_days=_span_days(held))
     known_all = behaviour_model.known_sets(features)
     pipeline = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(features, known_all))
     metrics = {"rows": int(len(features)), "entities": int(features[["entity_type", "entity"]].drop_duplicates().shape[0]),
                "holdout_rows": int(len(held)), "holdout_max_score": round(float(max(held_scores, default=0.0)), 3),
-               "holdout_days": round(_span_days(held), 3)}
+               "holdout_days": round(_span_days(held), 3), "holdout_top": _top_held(calib, held_frame, held_scores)}
     return {"pipeline": pipeline, "known": known_all, "threshold": float(threshold)}, metrics
+
+
+def _top_held(calib, held: pd.DataFrame, scores, k: int = 5) -> list[dict]:
+    """The ``k`` highest held-out benign entity-hours with their leading features: what set the threshold."""
+    if not len(held):
+        return []
+    order = sorted(range(len(held)), key=lambda i: -float(scores[i]))[:k]
+    rows = held.iloc[order]
+    why = behaviour_model.top_features(calib, rows)
+    return [{"score": round(float(scores[i]), 2), "entity": f"{r['entity_type']}:{r['entity']}",
+             "hour": str(r["window_start"]), "features": dict(w)} for i, (_, r), w in zip(order, rows.iterrows(), why, strict=True)]
 
 
 def train(spark, settings: Settings, generated: Path | None, start: dt.datetime | None,
