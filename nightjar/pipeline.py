@@ -265,6 +265,8 @@ class Supervisor:
         # Health alerts not yet in the alerts table (e.g. its disk was full): retried every poll, same batch id.
         self._health_pending: list[tuple[int, list[dict], dt.datetime]] = []
         self._health_warned: set[int] = set()
+        # Rule failures arrive from the query threads (foreachBatch) and from poll(): one publisher at a time.
+        self._health_lock = threading.RLock()
 
     # -- starting ------------------------------------------------------------------------------------------------
     def start_ingest(self) -> None:
@@ -440,6 +442,11 @@ class Supervisor:
     # -- health alerts ---------------------------------------------------------------------------------------------
     def _health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
         """One health alert per rule whose query failed: the SOC learns that coverage dropped."""
+        with self._health_lock:
+            self._queue_health_alerts(rule_ids, error, at)
+        self.flush_health_alerts()
+
+    def _queue_health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
         from alerts.detection_stream import HEALTH_RULE, AlertFolder
         from ingest.delta_sink import committed_batch
 
@@ -453,24 +460,24 @@ class Supervisor:
                  for rid in rule_ids]
         self._health_batch += 1
         self._health_pending.append((self._health_batch, cands, at))
-        self.flush_health_alerts()
 
     def flush_health_alerts(self) -> bool:
         """Publish the pending health alerts in order; True when none is left. A publish that fails (the lake's disk
         full while Kafka took the message) is retried with the same batch id and content: the alerts table gets the
         revision once (Delta app transaction) and the topic at worst carries an identical copy."""
-        while self._health_pending:
-            batch, cands, at = self._health_pending[0]
-            try:
-                self._health_folder.process(cands, batch, at)
-            except Exception as exc:
-                if batch not in self._health_warned:  # one line per alert batch, not one per poll
-                    self._health_warned.add(batch)
-                    log.warning("health alert(s) for %s not yet in the alerts table (%s); retrying",
-                                ", ".join(c["entity"]["value"] for c in cands), summarize_query_error(str(exc)))
-                return False
-            self._health_pending.pop(0)
-        return True
+        with self._health_lock:
+            while self._health_pending:
+                batch, cands, at = self._health_pending[0]
+                try:
+                    self._health_folder.process(cands, batch, at)
+                except Exception as exc:
+                    if batch not in self._health_warned:  # one line per alert batch, not one per poll
+                        self._health_warned.add(batch)
+                        log.warning("health alert(s) for %s not yet in the alerts table (%s); retrying",
+                                    ", ".join(c["entity"]["value"] for c in cands), summarize_query_error(str(exc)))
+                    return False
+                self._health_pending.pop(0)
+            return True
 
 
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,

@@ -199,6 +199,7 @@ def test_a_health_alert_the_alerts_table_could_not_take_is_retried_until_it_land
     the table. It stays pending and is written by a later poll, once, with the content the topic carries."""
     import datetime as dt
     import shutil
+    import threading
 
     from alerts.detection_stream import HEALTH_RULE
     from nightjar.pipeline import Supervisor
@@ -207,6 +208,7 @@ def test_a_health_alert_the_alerts_table_could_not_take_is_retried_until_it_land
     sup = object.__new__(Supervisor)  # only the health-alert path: no Spark session, no queries
     sup.settings = settings
     sup._health_folder, sup._health_batch, sup._health_pending, sup._health_warned = None, None, [], set()
+    sup._health_lock = threading.RLock()
     table = settings.table_path(TABLE_ALERTS)
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("not a Delta table: writes into it fail")  # a real failure of the table write
