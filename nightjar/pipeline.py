@@ -69,33 +69,36 @@ DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back whil
 
 
 class InterruptedBatchFilter(logging.Filter):
-    """Once the run stops its queries, py4j's "exception while executing the Python Proxy" ERROR with a Java
-    ``InterruptedException`` traceback (or a refused connection: the JVM stopped first) is the micro-batch that the
-    stop interrupted: nothing failed, and the next run
-    replays that batch from its checkpoint. The record becomes one INFO line saying so; before the stop such a
-    record is a real failure and stays as it is.
+    """Log records that are the stop's own doing, not failures, become one INFO line once the run is stopping:
 
-    The same holds for py4j's "Exception while sending command." (logged on the root logger): once stopping, it is
-    a call into the JVM that the JVM's own shutdown cut (seen at the end of ``nightjar demo``)."""
+    * py4j's "exception while executing the Python Proxy" ERROR with a Java ``InterruptedException`` (or a refused
+      connection: the JVM stopped first) is the micro-batch the stop interrupted; the next run replays it from its
+      checkpoint;
+    * py4j's "Exception while sending command." (logged on the root logger) is a call into the JVM that the JVM's
+      own shutdown cut (seen at the end of ``nightjar demo``).
+
+    Before the stop such records are real failures and stay as they are."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stopping = threading.Event()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.stopping.is_set() and record.exc_info and \
-                any(m in _text(record.exc_info[1]) for m in STOP_INTERRUPTIONS):
-            record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg, record.args = ("a micro-batch was interrupted by the stop; the next run replays it from its "
-                                       "checkpoint"), ()
-            record.exc_info = record.exc_text = None
-        elif self.stopping.is_set() and record.levelno >= logging.ERROR and \
-                str(record.msg).startswith(PY4J_SEND_FAILED):
-            record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg, record.args = "a call into the JVM was cut by the stop (py4j: %s)", (_text(
-                record.exc_info[1] if record.exc_info else None).splitlines()[:1] or ["connection closed"])[0]
-            record.exc_info = record.exc_text = None
+        if not self.stopping.is_set():
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and any(m in _text(exc) for m in STOP_INTERRUPTIONS):
+            _as_info(record, "a micro-batch was interrupted by the stop; the next run replays it from its checkpoint")
+        elif record.levelno >= logging.ERROR and str(record.msg).startswith(PY4J_SEND_FAILED):
+            cause = (_text(exc).splitlines()[:1] or ["connection closed"])[0]
+            _as_info(record, "a call into the JVM was cut by the stop (py4j: %s)", cause)
         return True
+
+
+def _as_info(record: logging.LogRecord, msg: str, *args: object) -> None:
+    record.levelno, record.levelname = logging.INFO, "INFO"
+    record.msg, record.args = msg, args
+    record.exc_info = record.exc_text = None
 
 
 def _text(exc: BaseException | None) -> str:
