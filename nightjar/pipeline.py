@@ -480,6 +480,7 @@ class Supervisor:
                                     ", ".join(c["entity"]["value"] for c in cands), summarize_query_error(str(exc)))
                     return False
                 self._health_pending.pop(0)
+                self._health_warned.discard(batch)  # written: its warning need not be remembered
             return True
 
 
