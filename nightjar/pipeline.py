@@ -521,11 +521,26 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
         from alerts.alert_sink import close_producers
 
         close_producers()  # no micro-batch publishes any more
-        if not recorder.wait_terminated([str(q.id) for q in supervisor.queries()]):
+        # A SIGTERM to the whole process group (the demo's stop, a service manager) also reaches the JVM, whose own
+        # hook may stop Spark before this: then nothing more can be asked of it, and the Python side still finishes.
+        jvm_up = _jvm_alive(spark)
+        if not jvm_up:
+            log.info("the JVM stopped before the pipeline (its own SIGTERM hook): the interrupted batches' progress "
+                     "is not recorded; the next run replays them")
+        elif not recorder.wait_terminated([str(q.id) for q in supervisor.queries()]):
             log.warning("the progress listener did not see every query end: progress may be incomplete")
         supervisor.health.report()
         recorder.flush()
-        spark.streams.removeListener(recorder)
+        if jvm_up:
+            spark.streams.removeListener(recorder)
+
+
+def _jvm_alive(spark: SparkSession) -> bool:
+    try:
+        spark._jvm.java.lang.System.nanoTime()
+        return True
+    except Exception:
+        return False
 
 
 def _supervise(supervisor: Supervisor, stop_event: threading.Event) -> None:
