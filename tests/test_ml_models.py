@@ -74,17 +74,55 @@ def _rows(entity: str, hours: int, bytes_out: float, peers=(), start=dt.datetime
 def test_behaviour_baseline_scores_against_the_entitys_own_history_and_names_the_reason():
     history = pd.concat([_rows("ws-1", 30, 2e5, peers=["10.10.8.10"]), _rows("backup-01", 30, 2e8)])
     known = behaviour_model.known_sets(history)
-    pipe = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(history, known))
+    common = behaviour_model.prevalence(known)
+    pipe = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(history, known, common))
     # ws-1 uploading what the backup server uploads every hour: far above *its* normal
     probe = pd.concat([_rows("ws-1", 1, 1e8, peers=["10.10.8.10"]), _rows("backup-01", 1, 2e8),
                        _rows("ws-1", 1, 2e5, peers=["10.10.0.50", "10.10.0.51", "10.10.0.52"])])
-    frame = behaviour_model.with_new_counts(probe, known)
+    frame = behaviour_model.with_new_counts(probe, known, common)
     scores = behaviour_model.score(pipe, frame)
     assert scores[0] > 8 and scores[1] < 2, scores
-    assert list(frame["new_admin_peers"]) == [0.0, 0.0, 3.0]
+    assert list(frame["new_rare_admin_peers"]) == [0.0, 0.0, 3.0]  # peers no host used in training: 1 each
     assert scores[2] >= 3
     tops = behaviour_model.top_features(pipe, frame)
-    assert tops[0][0][0] == "bytes_out" and tops[2][0][0] == "new_admin_peers"
+    assert tops[0][0][0] == "bytes_out" and tops[2][0][0] == "new_rare_admin_peers"
+
+
+def test_a_new_admin_peer_counts_by_its_rarity_in_the_organization():
+    """At 500 hosts a desktop's first SMB/RDP to a file server many hosts use scored like lateral movement (z 16-18
+    in the held-out quarter, docs/ml.md); a server used by many hosts in training is infrastructure."""
+    server, desktop, shared = "10.10.8.10", "10.10.2.77", "10.10.3.3"
+    history = pd.concat([_rows(f"ws-{i}", 6, 2e5, peers=[server]) for i in range(1, 31)]
+                        + [_rows("ws-40", 6, 2e5, peers=[shared]), _rows("ws-0", 6, 2e5)], ignore_index=True)
+    known = behaviour_model.known_sets(history)
+    common = behaviour_model.prevalence(known)
+    assert common["peers"][server] == 30 and common["peers"][shared] == 1  # distinct hosts, not hours
+    pipe = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(history, known, common))
+    probe = pd.concat([_rows("ws-0", 1, 2e5, peers=[server]), _rows("ws-0", 1, 2e5, peers=[desktop]),
+                       _rows("ws-0", 1, 2e5, peers=[shared]), _rows("ws-1", 1, 2e5, peers=[server, desktop])],
+                      ignore_index=True)
+    frame = behaviour_model.with_new_counts(probe, known, common)
+    new = list(frame["new_rare_admin_peers"])
+    assert new[0] == pytest.approx(1 / 31)  # the server 30 hosts use: almost nothing
+    assert new[1] == 1.0  # a desktop nobody connected to: fully new
+    assert new[2] == pytest.approx(0.5)  # one other host used it
+    assert new[3] == 1.0  # ws-1's own server is not new at all; the desktop is
+    scores = behaviour_model.score(pipe, frame)
+    assert scores[0] < 0.1 and scores[1] == pytest.approx(1 / behaviour_model.NEW_SCALE)
+    # other first-seen counters are plain counts (a new country is new whoever else visits it)
+    assert behaviour_model.RARITY_WEIGHTED == ("peers",)
+
+
+def test_a_model_without_the_learned_prevalence_is_refused_as_another_feature_set():
+    import sklearn
+
+    from alerts.ml.model_store import check_compatible
+
+    old = [("new_admin_peers" if f == "new_rare_admin_peers" else f) for f in behaviour_model.MODEL_FEATURES]
+    meta = {"name": "behaviour", "version": "v0001", "sklearn_version": sklearn.__version__,
+            "feature_digest": feature_digest(old)}
+    with pytest.raises(ModelRefused, match="another feature set.*retrain"):
+        check_compatible(meta, behaviour_model.MODEL_FEATURES)
 
 
 def test_the_threshold_sits_above_all_but_the_false_alert_budget_of_held_out_scores():

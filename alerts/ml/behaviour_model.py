@@ -7,8 +7,9 @@ fitted on the pooled rows learns "the organization's normal" and isolates the bu
 that suddenly uploads 100 MB. What is abnormal is the change against the entity's own history, so the model keeps
 per entity and feature the most it did in any training hour and a robust spread (MAD of ``log1p`` of the value)
 and scores an hour by its largest one-sided robust z-score above that (only *more* than ever is suspicious). The
-first-seen counters compare the hour's sets with everything the entity did in training: new admin-port peers,
-new destination countries, new login machines (see ``features.login_machine``) and login hosts.
+first-seen counters compare the hour's sets with everything the entity did in training: new admin-port peers
+(each weighed by its rarity in the organization, :func:`prevalence`), new destination countries, new login machines
+(see ``features.login_machine``) and login hosts.
 
 It is a scikit-learn ``Pipeline``: a ``ColumnTransformer`` (``log1p`` of the volume/count features, the first-seen
 counts and the entity key passed through) followed by :class:`EntityBaseline`, an estimator with
@@ -30,12 +31,16 @@ from sklearn.preprocessing import FunctionTransformer
 from alerts.ml.features import COUNT_FEATURES
 
 # The first-seen counters: hour's set column -> the counter derived against the entity's training history.
-NEW_FEATURES: dict[str, str] = {"peers": "new_admin_peers", "countries": "new_countries",
+NEW_FEATURES: dict[str, str] = {"peers": "new_rare_admin_peers", "countries": "new_countries",
                                 "login_machines": "new_login_machines", "login_hosts": "new_login_hosts"}
 MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change
 NEW_SCALE = 0.5  # one first-seen item is two z units of surprise; thresholds are calibrated on held-out history
+# Set columns whose new items are weighed by rarity: an admin-port peer that many hosts used in training is
+# infrastructure (a file server, a jump host), not novelty. Renamed counter ("new_rare_admin_peers", was
+# "new_admin_peers"), so an artifact without the learned prevalence is refused as another feature set.
+RARITY_WEIGHTED: tuple[str, ...] = ("peers",)
 NIGHT_NEW_MACHINE_WEIGHT = 2.0  # a login machine never used, at night: two anomalies of one login (see with_new_counts)
 # Counts that only ever matter when higher than usual for the entity (all of them, here): one-sided z-scores.
 
@@ -57,14 +62,40 @@ def known_sets(frame: pd.DataFrame) -> dict[str, dict[str, set]]:
     return out
 
 
-def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]]) -> pd.DataFrame:
-    """``frame`` plus the first-seen counters (values of the hour's sets the entity never had in training)."""
+def prevalence(known: dict[str, dict[str, set]]) -> dict[str, dict[str, int]]:
+    """Per :data:`RARITY_WEIGHTED` set column, value -> how many distinct entities had it in training.
+
+    Learned with the model (from :func:`known_sets` of the training window, the same feature rows) and stored in
+    its bundle, so batch evaluation and the stream weigh a new item identically."""
+    out: dict[str, dict[str, int]] = {}
+    for col in RARITY_WEIGHTED:
+        counts: dict[str, int] = {}
+        for values in known.get(col, {}).values():
+            for v in values:
+                counts[v] = counts.get(v, 0) + 1
+        out[col] = counts
+    return out
+
+
+def rarity(users: int) -> float:
+    """Weight of a new item that ``users`` other entities had in training: 1 when nobody did, 1/(1+n) after.
+
+    Why 1/(1+n) and not a cut-off: a peer one other host uses (an admin's desktop, a shared workstation) is half
+    as surprising, a server thirty hosts use adds 0.03 — no bound to tune per organization size."""
+    return 1.0 / (1.0 + users)
+
+
+def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]],
+                    prevalent: dict[str, dict[str, int]]) -> pd.DataFrame:
+    """``frame`` plus the first-seen counters (values of the hour's sets the entity never had in training; for
+    :data:`RARITY_WEIGHTED` columns each new value counts :func:`rarity` of its training prevalence)."""
     out = frame.copy()
     keys = entity_key(frame)
     out[ENTITY_KEY] = keys
     for col, new in NEW_FEATURES.items():
         seen = known.get(col, {})
-        out[new] = [float(len(set(v) - seen.get(k, set()))) if v is not None else 0.0
+        counts = prevalent.get(col) if col in RARITY_WEIGHTED else None
+        out[new] = [0.0 if v is None else _new_weight(set(v) - seen.get(k, set()), counts)
                     for k, v in zip(keys, frame[col], strict=True)]
     # A login from a machine the account never used is ordinary in office hours (a colleague's desk, a new
     # laptop) and two login anomalies at once at night: such an hour's new machines count NIGHT_NEW_MACHINE_WEIGHT
@@ -72,6 +103,12 @@ def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]]) -> pd
     night = frame["night_logins"].fillna(0).to_numpy() > 0
     out["new_login_machines"] = out["new_login_machines"] * np.where(night, NIGHT_NEW_MACHINE_WEIGHT, 1.0)
     return out
+
+
+def _new_weight(new: set, counts: dict[str, int] | None) -> float:
+    if counts is None:
+        return float(len(new))
+    return float(sum(rarity(counts.get(v, 0)) for v in new))
 
 
 class EntityBaseline(BaseEstimator):

@@ -90,16 +90,18 @@ def fit_behaviour(features: pd.DataFrame) -> tuple[dict, dict]:
     """Fit on the first part, calibrate on the held-out last part, refit on everything."""
     fit_part, held = _split(features)
     known = behaviour_model.known_sets(fit_part)
-    calib = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(fit_part, known))
-    held_frame = behaviour_model.with_new_counts(held, known)
+    common = behaviour_model.prevalence(known)
+    calib = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(fit_part, known, common))
+    held_frame = behaviour_model.with_new_counts(held, known, common)
     held_scores = behaviour_model.score(calib, held_frame)
     threshold = behaviour_model.calibrate_threshold(held_scores, holdout_days=_span_days(held))
     known_all = behaviour_model.known_sets(features)
-    pipeline = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(features, known_all))
+    common_all = behaviour_model.prevalence(known_all)
+    pipeline = behaviour_model.build_pipeline().fit(behaviour_model.with_new_counts(features, known_all, common_all))
     metrics = {"rows": int(len(features)), "entities": int(features[["entity_type", "entity"]].drop_duplicates().shape[0]),
                "holdout_rows": int(len(held)), "holdout_max_score": round(float(max(held_scores, default=0.0)), 3),
                "holdout_days": round(_span_days(held), 3), "holdout_top": _top_held(calib, held_frame, held_scores)}
-    return {"pipeline": pipeline, "known": known_all, "threshold": float(threshold)}, metrics
+    return {"pipeline": pipeline, "known": known_all, "prevalence": common_all, "threshold": float(threshold)}, metrics
 
 
 def _top_held(calib, held: pd.DataFrame, scores, k: int = 5) -> list[dict]:
@@ -116,6 +118,12 @@ def _top_held(calib, held: pd.DataFrame, scores, k: int = 5) -> list[dict]:
 def train(spark, settings: Settings, generated: Path | None, start: dt.datetime | None,
           end: dt.datetime | None) -> list[dict]:
     features, names = feature_frame(spark, settings, generated, start, end)
+    return train_on_features(settings, features, names)
+
+
+def train_on_features(settings: Settings, features: pd.DataFrame, names: list[str]) -> list[dict]:
+    """Fit and store both models from a feature frame (:func:`feature_frame`'s output): the part of ``ml train``
+    after Spark, separate so that a measurement can fit again on the same features without recomputing them."""
     if features.empty or features["window_start"].nunique() < 4:
         raise UserError("too little history to train on: need at least 4 hours of events in the window "
                         "(check --from/--to and that the pipeline has written events)")
@@ -226,6 +234,14 @@ def _incidents(settings: Settings, generated: Path | None) -> list[dict]:
     return table_dataset(settings.lake, TABLE_GROUND_TRUTH).to_table().to_pylist()
 
 
+def evaluate_features(settings: Settings, features: pd.DataFrame, bundles: dict[str, dict],
+                      generated: Path | None) -> dict:
+    """The ``ml evaluate`` report for a feature frame: scored as the stream would, against the ground truth."""
+    alerts = score_window(features, bundles)
+    incidents = [i for i in _incidents(settings, generated) if i.get("is_attack", True)]
+    return evaluate_alerts(alerts, incidents, _span_days(features))
+
+
 def print_evaluation(report: dict, out=sys.stdout) -> None:
     print(f"{'scenario':<26} {'incidents':>9} {'detected':>8} {'recall':>7}", file=out)
     for name, s in sorted(report["scenarios"].items()):
@@ -307,9 +323,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _progress(f"trained in {time.monotonic() - t0:.0f}s")
         return 0
     features, _names = feature_frame(spark, settings, args.generated, start, end)
-    alerts = score_window(features, bundles)
-    incidents = [i for i in _incidents(settings, args.generated) if i.get("is_attack", True)]
-    report = evaluate_alerts(alerts, incidents, _span_days(features))
+    report = evaluate_features(settings, features, bundles, args.generated)
     if args.json:
         print(json.dumps(report, default=str))
     else:

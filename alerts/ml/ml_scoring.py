@@ -49,7 +49,10 @@ def _explain(top: list[tuple[str, float]], row: pd.Series) -> str:
     parts = []
     for name, z in top:
         value = row.get(name)
-        shown = f"{value:,.0f}" if isinstance(value, (int, float)) and value == value else "?"
+        if not isinstance(value, (int, float)) or value != value:
+            shown = "?"
+        else:  # rarity-weighted first-seen counts are fractions: 0.3 must not read as 0
+            shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
         parts.append(f"{name}={shown} (z {z:.1f})")
     return ", ".join(parts)
 
@@ -70,7 +73,7 @@ def candidates_from_features(features: pd.DataFrame, behaviour: dict | None, dom
         return []
     out: list[dict] = []
     if behaviour is not None:
-        frame = behaviour_model.with_new_counts(features, behaviour["known"])
+        frame = behaviour_model.with_new_counts(features, behaviour["known"], behaviour["prevalence"])
         pipeline, threshold = behaviour["pipeline"], behaviour["threshold"]
         scores = behaviour_model.score(pipeline, frame)
         hot = frame[scores > threshold]
