@@ -146,6 +146,8 @@ class RuleHealth:
         self.report_s = report_s
         self._last_report = 0.0
         self.on_failure: Callable[[list[str], str, dt.datetime], None] | None = None
+        # Set when the pipeline stops: a batch the stop interrupts fails, but no rule failed (no health alert).
+        self.stopping = threading.Event()
 
     def entries(self) -> list[HealthEntry]:
         with self._lock:
@@ -192,6 +194,9 @@ class RuleHealth:
 
     def failed(self, rule_ids: Iterable[str], error: str, status: str = STATUS_RESTARTING) -> None:
         rule_ids = list(rule_ids)
+        if self.stopping.is_set():  # the stop cancelled the batch's jobs; the next run replays the batch
+            log.info("the stop interrupted a batch of %d rule(s); not a rule failure: %s", len(rule_ids), error[:200])
+            return
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         newly = []
         with self._lock:
@@ -457,6 +462,8 @@ def _finish_all(batch: DataFrame, specs: list, by_key: dict[str, Rule], ruleset:
         return [r.asDict(recursive=True) for r in finish(batch, specs).collect()]
     except Exception as exc:
         whole = exc
+    if ruleset.health.stopping.is_set():  # cancelled by the stop, not broken: no rule to single out
+        raise whole
     rows, broken = [], []
     for spec in specs:
         try:

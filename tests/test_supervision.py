@@ -174,6 +174,25 @@ def test_a_batch_interrupted_by_the_stop_is_one_info_line_and_a_real_failure_sta
     assert f.filter(gone) and gone.levelno == logging.INFO and "replays it" in gone.getMessage()
 
 
+def test_a_batch_the_stop_interrupts_is_no_rule_failure_and_raises_no_health_alert():
+    """Seen in a live run stopped while the windowed query's batch ran: the cancelled job failed the batch, and all 14
+    windowed rules published 'Detection rule stopped working' health alerts to the SOC on an ordinary stop."""
+    from alerts.detection_stream import STATUS_RESTARTING, STATUS_RUNNING, RuleHealth
+
+    published: list[list[str]] = []
+    health = RuleHealth()
+    health.on_failure = lambda ids, error, at: published.append(ids)
+    health.track(["ssh_brute_force", "dns_dga"], "windowed")
+    health.stopping.set()
+    health.failed(["ssh_brute_force", "dns_dga"], "An error occurred while calling o34600.collectToPython.")
+    assert published == [] and health.get("ssh_brute_force").status == STATUS_RUNNING
+    running = RuleHealth()  # the same failure while the pipeline runs is a rule failure
+    running.on_failure = lambda ids, error, at: published.append(ids)
+    running.track(["ssh_brute_force"], "windowed")
+    running.failed(["ssh_brute_force"], "An error occurred while calling o34600.collectToPython.")
+    assert published == [["ssh_brute_force"]] and running.get("ssh_brute_force").status == STATUS_RESTARTING
+
+
 def test_a_jvm_call_cut_by_the_stop_is_one_info_line_and_before_the_stop_stays_an_error():
     import logging
 
