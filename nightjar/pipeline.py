@@ -433,6 +433,7 @@ class Supervisor:
             log.error("%d health alert batch(es) could not be written to the alerts table before the stop (the SOC "
                       "may have them on the alerts topic); see the warnings above", len(self._health_pending))
         INTERRUPTED_BATCHES.stopping.set()
+        self.health.stopping.set()  # batches the stop interrupts are no rule failures: no health alerts for them
         if self.recorder is not None:
             self.recorder.stopping = True
         for m in self.managed.values():
