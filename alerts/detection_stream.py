@@ -395,6 +395,15 @@ class SingleEventDetector:
         return len(published)
 
 
+    def idle(self) -> None:
+        """A micro-batch without events: nothing to evaluate, but the rules' health records the batch."""
+        rules, _, _ = self.ruleset.current()
+        if rules:
+            ids = [r.rule_id for r in rules]
+            self.ruleset.health.track(ids, self.QUERY)
+            self.ruleset.health.batch_done(self.QUERY, ids, dt.datetime.now(dt.UTC).replace(tzinfo=None), set())
+
+
 # -- windowed rules: one query ------------------------------------------------------------------------------------
 def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: Path | None = None) -> DataFrame:
     """The ``events`` table as a stream (created empty first, so its schema is known before the first batch).

@@ -26,7 +26,7 @@ from core.config import (
 from core.errors import DataLossError
 from core.lake import is_delta_table, row_count, table_dataset
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.pipeline import QUERY_INGEST, Trigger, parse_interval, run_pipeline
+from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, parse_interval, run_pipeline
 from tests.kafka_records import produce
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,6 +76,47 @@ def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, 
     # A second drain with nothing new adds nothing.
     run_pipeline(settings, Trigger(available_now=True))
     assert row_count(settings.lake, TABLE_BRONZE) == 4000
+
+
+def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_idle_batches(spark, own_broker,
+                                                                                              settings):
+    """Idle micro-batches skip the table writes and rules (nightjar/pipeline.py): the run's first batch still creates
+    the tables, and records that arrive after several idle batches are written, each once, and detected."""
+    settings = settings.with_(bootstrap=own_broker.bootstrap, upkeep_interval_s=0)
+    ensure_topics(settings, RAW_TOPICS, partitions=4)
+    stop = threading.Event()
+    run = threading.Thread(target=run_pipeline, args=(settings, Trigger(interval="200 milliseconds")),
+                           kwargs={"queries": [QUERY_INGEST, QUERY_DETECT], "stop_event": stop})
+    run.start()
+    try:
+        def ingest_batches() -> int:
+            if not is_delta_table(settings.table_path(TABLE_PIPELINE_PROGRESS)):
+                return 0
+            rows = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
+            return len({r["batch_id"] for r in rows if r["query_name"] == QUERY_INGEST and r["rule_id"] is None})
+
+        deadline = time.monotonic() + 400
+        while ingest_batches() < 3:  # batch 0 and at least two idle ones after it
+            assert run.is_alive() and time.monotonic() < deadline, "the idle pipeline ran fewer than 3 batches"
+            time.sleep(0.5)
+        for table in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE):
+            assert is_delta_table(settings.table_path(table)) and row_count(settings.lake, table) == 0, table
+        sent = produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG, 300) | produce(own_broker.bootstrap, TOPIC_RAW_ZEEK, 200)
+        def parsed() -> int:  # events and quarantine are written after bronze, in the same batch
+            return row_count(settings.lake, TABLE_EVENTS) + row_count(settings.lake, TABLE_QUARANTINE)
+
+        while parsed() < 500:
+            assert run.is_alive() and time.monotonic() < deadline + 200, "records sent after idle batches not written"
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        run.join(300)
+    bronze = table_dataset(settings.lake, TABLE_BRONZE).to_table()
+    assert sorted(bronze["value"].to_pylist()) == sorted(sent)
+    assert parsed() == 500
+    progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
+    ioc = max((p for p in progress if p["rule_id"] == "ioc_match"), key=lambda p: p["timestamp"])
+    assert ioc["status"] == "running" and ioc["last_batch_at"] is not None  # idle batches count as batches run
 
 
 def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_writes_nothing(
