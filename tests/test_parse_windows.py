@@ -398,3 +398,72 @@ def test_section_regexes_read_what_the_per_slot_regexes_read(spark, rows, name):
     paths = ("user.name", "user.domain", "user.id", "user.target.name", "user.target.id", "user.effective.name",
              "group.name", "winlog.logon.id", "winlog.event_data")
     assert fields(per_slot, *paths) == fields(rows[name], *paths), name
+
+
+# Edge cases of the section path: a section label present but not followed by its fields (the section regex does
+# not match, so every group of it is null), empty values, a value ending the text.
+EDGE_LINES = {
+    "section_without_fields": H + "An account was successfully logged on. Subject: Security ID: S-1-5-18 Account "
+    "Name: DC01$ Account Domain: CORP Logon ID: 0x3e7 New Logon: Logon Type: 3 Network Information: Workstation "
+    "Name: Source Network Address: 10.1.2.3 Source Port: 0",
+    "empty_values": H + "An account failed to log on. Subject: Security ID: S-1-0-0 Account Name: Account Domain: "
+    "Logon ID: 0x0 Logon Type: 3 Account For Which Logon Failed: Security ID: S-1-0-0 Account Name: Account "
+    "Domain: Failure Information: Failure Reason: Status: 0xc000006d Process Information: Caller Process ID: "
+    "0x0 Caller Process Name: Network Information: Workstation Name: Source Network Address: - Source Port:",
+    "section_at_end": H + "An account was logged off. Subject: Security ID: S-1-5-21-1-2-3-1104 Account Name: alice",
+}
+_EDGE_PATHS = ("user.name", "user.domain", "user.id", "winlog.logon.id", "winlog.logon.type", "source.ip",
+               "source.port", "source.domain", "process.pid", "process.name", "winlog.event_data")
+
+
+@pytest.mark.parametrize("name", list(EDGE_LINES))
+def test_section_edge_cases_agree_with_the_per_slot_regexes(spark, name):
+    """The section regexes (one pass per section, groups read by position) and the per-slot regexes (taken for
+    text holding the separator) give the same values on text that only partly fits a section."""
+    line = EDGE_LINES[name]
+    head, sep, rest = line.partition(". ")
+    by_sections, per_slot = parse_lines(spark, [line, head + sep + "\x01 " + rest])
+    assert get(by_sections, "event.module") == "windows", name
+    assert fields(by_sections, *_EDGE_PATHS) == fields(per_slot, *_EDGE_PATHS), name
+
+
+def test_edge_case_values(spark):
+    rows = dict(zip(EDGE_LINES, parse_lines(spark, list(EDGE_LINES.values())), strict=True))
+    r = rows["section_without_fields"]
+    assert fields(r, "event.code", "user.name", "user.id", "source.ip", "source.domain") == {
+        "event.code": "4624", "user.name": None, "user.id": None, "source.ip": "10.1.2.3", "source.domain": None}
+    assert get(r, "winlog.event_data")["SubjectUserName"] == "DC01$"
+    r = rows["empty_values"]
+    assert fields(r, "event.code", "user.name", "user.domain", "source.ip", "process.pid") == {
+        "event.code": "4625", "user.name": None, "user.domain": None, "source.ip": None, "process.pid": None}
+    assert get(r, "winlog.event_data") == {"SubjectUserSid": "S-1-0-0", "SubjectLogonId": "0x0",
+                                           "TargetUserSid": "S-1-0-0", "LogonType": "3", "Status": "0xc000006d",
+                                           "ProcessId": "0x0"}
+    r = rows["section_at_end"]
+    assert fields(r, "event.code", "user.name", "user.id") == {
+        "event.code": "4634", "user.name": "alice", "user.id": "S-1-5-21-1-2-3-1104"}
+
+
+def test_every_label_regex_is_written_once_in_the_plan(spark):
+    """Each label regex (per slot and per section) appears once in the optimized plan, so it runs at most once per
+    row: wrapped in nullif(...) or tested before use inside a CASE branch it appeared twice and ran twice (Spark's
+    common-subexpression elimination does not look inside CASE branches)."""
+    from ingest.file_source import lines_dataframe
+    from ingest.normalize import parse_records
+    from ingest.parsers import windows as W
+
+    # Not a bare local relation: the optimizer would evaluate the whole projection on it (and print no regex).
+    bronze = lines_dataframe(spark, [SAMPLES["4624"]]).repartition(1)
+    key = "spark.sql.debug.maxToStringFields"  # the plan's text lists at most 25 fields of a struct by default
+    saved = spark.conf.get(key, None)
+    spark.conf.set(key, "100000")
+    try:
+        plan = parse_records(bronze)._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        spark.conf.unset(key) if saved is None else spark.conf.set(key, saved)
+    assert "_wt" in plan
+    for name, entries in W.SLOTS.items():
+        for _gate, regex in map(W._gated, entries):
+            assert plan.count(f", {regex}, 1)") == 1, (name, regex)
+    for section in W.SECTIONS:
+        assert plan.count(f"(?s)^.*?(?:{section.regex}).*$") == 1, section.name

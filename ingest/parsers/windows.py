@@ -479,37 +479,50 @@ def add_match(df, sys: Column, j: Column):
     sections = {(slot, regex): _section_value(F.col("_ws").getField(sec.name), sec, slot)
                 for sec in SECTIONS for slot, regex in sec.replaces.items()}
 
-    def from_text(name: str) -> Column:
-        # Each regex runs only when its literal start is in the text (a byte search, no String conversion).
-        def entry(gate: str, r: str) -> Column:
-            value = F.when(cut.contains(gate), F.nullif(F.regexp_extract(cut, r, 1), F.lit("")))
-            section = sections.get((name, r))
-            return value if section is None else F.when(by_sections, section).otherwise(value)
+    def raw_entry(name: str, gate: str, r: str) -> Column:
+        # Each regex runs only when its literal start is in the text (a byte search, no String conversion). The
+        # raw value ("" for no match) is materialized and only then compared with "": nullif(regexp_extract(…))
+        # in place would run the regex twice (nullif becomes if(x = '', null, x), and Spark's common-subexpression
+        # elimination does not look inside CASE branches, where every slot expression sits).
+        value = F.when(cut.contains(gate), F.regexp_extract(cut, r, 1))
+        section = sections.get((name, r))
+        value = value if section is None else F.when(by_sections, section).otherwise(value)
+        return F.when(json_value(name).isNull() & wanted((name,)), value)
 
-        chain = F.coalesce(*[entry(gate, r) for gate, r in map(_gated, SLOTS[name])])
-        return F.when(json_value(name).isNull() & wanted((name,)), chain)
-
-    df = df.withColumn("_wt", F.when(w.isNotNull(), F.struct(*[from_text(n).alias(n) for n in SLOTS])))
+    entries = {name: [_entry_column(name, k) for k in range(len(SLOTS[name]))] for name in SLOTS}
+    df = df.withColumn("_wt", F.when(w.isNotNull(), F.struct(*[
+        raw_entry(name, gate, r).alias(entries[name][k])
+        for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])))
     t = F.col("_wt")
-    slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), t.getField(n))).alias(n) for n in SLOTS])
+
+    def from_text(name: str) -> Column:
+        return F.coalesce(*[F.nullif(t.getField(e), F.lit("")) for e in entries[name]])
+
+    slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), from_text(n))).alias(n) for n in SLOTS])
     return df.withColumn("_wd", F.when(w.isNotNull(), slots))
 
 
+def _entry_column(slot: str, index: int) -> str:
+    """The ``_wt`` field of the raw value of ``SLOTS[slot][index]``."""
+    return f"{slot}_{index}"
+
+
 def _section_groups(text: Column, section: Section) -> Column:
-    """The groups of ``section``'s first match in ``text`` as an array of strings ("" for a group that did not
-    take part), null when it does not match: one regex pass (``regexp_replace`` of the whole text by the
-    separated groups, then ``split``) instead of one ``regexp_extract`` per group."""
+    """``section``'s first match in ``text`` in one regex pass: ``regexp_replace`` of the whole text by the
+    separated groups, then ``split``. A match gives ``["", group 1, …]`` ("" for a group that did not take part),
+    no match gives ``[text]`` (such text has no separator), so group ``i`` is element ``i + 2`` either way, and the
+    regex runs once (a test of the result before the split would run it again: no common-subexpression
+    elimination inside CASE branches)."""
     n = len(section.groups)
     marked = F.regexp_replace(text, rf"(?s)^.*?(?:{section.regex}).*$",
                               _GROUP_SEP + _GROUP_SEP.join(f"${i}" for i in range(1, n + 1)))
-    # A match starts with the separator (the text itself never does: such text is not read by sections).
-    return F.when(marked.startswith(_GROUP_SEP), F.split(F.substring(marked, 2, 1 << 30), _GROUP_SEP))
+    return F.split(marked, _GROUP_SEP)
 
 
 def _section_value(groups: Column, section: Section, slot: str) -> Column:
     """``slot``'s value from a section's groups (null for none or ""), as its per-slot regex would read it."""
     def group(i: int) -> Column:
-        return F.nullif(F.try_element_at(groups, F.lit(i + 1)), F.lit(""))
+        return F.nullif(F.try_element_at(groups, F.lit(i + 2)), F.lit(""))
 
     value = group(section.groups.index(slot))
     if slot == "TargetLogonId":
