@@ -439,7 +439,9 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     def write(df: DataFrame, batch_id: int) -> None:
         batch = df.persist()
         try:
-            rows = _finish_all(batch, specs, by_key, ruleset, name)
+            # A batch that only advanced the watermark (or none) updates no window: the state work is done by the
+            # count, and the rules' finish plans (one per rule, unioned) need not be planned and run over nothing.
+            rows = _finish_all(batch, specs, by_key, ruleset, name) if batch.count() else []
             at = batch_time(batch) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
         finally:
             batch.unpersist()
