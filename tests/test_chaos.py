@@ -474,6 +474,7 @@ def recovered_or_stopped_in_one_line(proc: subprocess.Popen, lake: Path, total: 
 
 
 @pytest.mark.chaos
+@pytest.mark.outage
 @pytest.mark.timeout(2400)  # the module fixture (a 10-min reference drain at load 16) counts here
 def test_a_full_disk_under_the_lake_makes_the_pipeline_wait_or_stop_in_one_line_and_loses_nothing(
         chaos_input, tmp_path):
@@ -519,6 +520,7 @@ def test_a_full_disk_under_the_lake_makes_the_pipeline_wait_or_stop_in_one_line_
 
 # -- 3. the broker unreachable -----------------------------------------------------------------------------------------
 @pytest.mark.chaos
+@pytest.mark.outage
 @pytest.mark.timeout(2400)  # the module fixture (a 10-min reference drain at load 16) counts here
 def test_the_broker_unreachable_for_a_minute_makes_the_pipeline_wait_or_stop_in_one_line_and_loses_nothing(
         chaos_input, tmp_path):
