@@ -109,8 +109,8 @@ def test_a_new_admin_peer_counts_by_its_rarity_in_the_organization():
     assert new[3] == 1.0  # ws-1's own server is not new at all; the desktop is
     scores = behaviour_model.score(pipe, frame)
     assert scores[0] < 0.1 and scores[1] == pytest.approx(1 / behaviour_model.NEW_SCALE)
-    # other first-seen counters are plain counts (a new country is new whoever else visits it)
-    assert behaviour_model.RARITY_WEIGHTED == ("peers",)
+    # a new country or login machine is new whoever else has it: plain counts
+    assert set(behaviour_model.RARITY_WEIGHTED) == {"peers", "login_hosts"}
 
 
 def test_a_model_without_the_learned_prevalence_is_refused_as_another_feature_set():
@@ -222,3 +222,19 @@ def test_ml_command_lists_versions_with_their_status_and_refuses_bad_input_in_on
                              (("ml", "train", "--generated", str(tmp_path / "nope")), 2, "is not a directory")):
         rc, out, err = _nightjar(*args)
         assert rc == code and text in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_new_machine_at_night_counts_twice_a_new_outside_address_once():
+    """At 500 hosts, users reaching the bastion at night from home addresses (new nearly every night: no lease, so
+    the address is the identity) scored like the night-login attack from another employee's desktop (docs/ml.md)."""
+    history = _rows("user-a", 6, 0.0)
+    history["login_machines"] = [["mac:AA-BB-CC-00-00-01"]] * len(history)
+    known = behaviour_model.known_sets(history)
+    common = behaviour_model.prevalence(known)
+    probe = pd.concat([_rows("user-a", 1, 0.0)] * 3, ignore_index=True)
+    probe["login_machines"] = [["mac:AA-BB-CC-00-00-02"], ["81.2.115.7"], ["mac:AA-BB-CC-00-00-01", "81.2.115.7"]]
+    probe["night_logins"] = [1.0, 1.0, 1.0]
+    new = list(behaviour_model.with_new_counts(probe, known, common)["new_login_machines"])
+    assert new == [2.0, 1.0, 1.0]  # the known machine adds nothing; the outside address counts once
+    probe["night_logins"] = [0.0, 0.0, 0.0]
+    assert list(behaviour_model.with_new_counts(probe, known, common)["new_login_machines"]) == [1.0, 1.0, 1.0]

@@ -32,15 +32,17 @@ from alerts.ml.features import COUNT_FEATURES
 
 # The first-seen counters: hour's set column -> the counter derived against the entity's training history.
 NEW_FEATURES: dict[str, str] = {"peers": "new_rare_admin_peers", "countries": "new_countries",
-                                "login_machines": "new_login_machines", "login_hosts": "new_login_hosts"}
+                                "login_machines": "new_login_machines", "login_hosts": "new_rare_login_hosts"}
 MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change
 NEW_SCALE = 0.5  # one first-seen item is two z units of surprise; thresholds are calibrated on held-out history
 # Set columns whose new items are weighed by rarity: an admin-port peer that many hosts used in training is
-# infrastructure (a file server, a jump host), not novelty. Renamed counter ("new_rare_admin_peers", was
-# "new_admin_peers"), so an artifact without the learned prevalence is refused as another feature set.
-RARITY_WEIGHTED: tuple[str, ...] = ("peers",)
+# infrastructure (a file server, a jump host), not novelty; so is a server many users log into (at 500 hosts the
+# next top held-out hours after the peers: users' first logins to 3-6 common servers, z 6-12). Renamed counters
+# ("new_rare_*", were "new_admin_peers", "new_login_hosts"), so an artifact without the learned prevalence is
+# refused as another feature set.
+RARITY_WEIGHTED: tuple[str, ...] = ("peers", "login_hosts")
 NIGHT_NEW_MACHINE_WEIGHT = 2.0  # a login machine never used, at night: two anomalies of one login (see with_new_counts)
 # Counts that only ever matter when higher than usual for the entity (all of them, here): one-sided z-scores.
 
@@ -98,10 +100,15 @@ def with_new_counts(frame: pd.DataFrame, known: dict[str, dict[str, set]],
         out[new] = [0.0 if v is None else _new_weight(set(v) - seen.get(k, set()), counts)
                     for k, v in zip(keys, frame[col], strict=True)]
     # A login from a machine the account never used is ordinary in office hours (a colleague's desk, a new
-    # laptop) and two login anomalies at once at night: such an hour's new machines count NIGHT_NEW_MACHINE_WEIGHT
-    # times, so one of them passes the threshold floor that one new item alone stays under.
+    # laptop) and two login anomalies at once at night: such an hour's new *machines* (``mac:``, the DHCP lease
+    # holder) count NIGHT_NEW_MACHINE_WEIGHT times, so one of them passes the threshold floor that one new item
+    # alone stays under. Not new outside addresses (no lease: the address is the identity): a home or mobile
+    # address is new nearly every night (at 500 hosts, 16 benign night logins to the bastion a day, docs/ml.md).
     night = frame["night_logins"].fillna(0).to_numpy() > 0
-    out["new_login_machines"] = out["new_login_machines"] * np.where(night, NIGHT_NEW_MACHINE_WEIGHT, 1.0)
+    seen = known.get("login_machines", {})
+    extra = [sum(1 for m in set(v) - seen.get(k, set()) if str(m).startswith("mac:")) if v is not None and n else 0
+             for k, v, n in zip(keys, frame["login_machines"], night, strict=True)]
+    out["new_login_machines"] = out["new_login_machines"] + (NIGHT_NEW_MACHINE_WEIGHT - 1.0) * np.asarray(extra, float)
     return out
 
 
