@@ -394,7 +394,6 @@ class SingleEventDetector:
                      len(published), self.folder.held)
         return len(published)
 
-
     def idle(self) -> None:
         """A micro-batch without events: nothing to evaluate, but the rules' health records the batch."""
         rules, _, _ = self.ruleset.current()

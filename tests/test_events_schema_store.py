@@ -68,8 +68,7 @@ def test_events_schema_reads_the_stored_schema_instead_of_deriving_it(spark, pri
     planted = {"type": "struct", "fields": [{"name": "planted", "type": "long", "nullable": True, "metadata": {}}]}
     save(fingerprint(), planted)
     context = id(SparkContext._active_spark_context)
-    monkeypatch.setitem(detection_input._SCHEMAS, context, None)
-    del detection_input._SCHEMAS[context]  # this process forgets it; monkeypatch puts the real one back after
+    monkeypatch.delitem(detection_input._SCHEMAS, context, raising=False)  # forgotten here, restored after
     assert detection_input.events_schema(spark).fieldNames() == ["planted"]
 
 
@@ -78,8 +77,7 @@ def test_events_schema_derives_and_stores_it_when_nothing_is_stored(spark, priva
 
     monkeypatch.setattr(events_schema_store, "SHIPPED", private_cache / "absent.json")
     context = id(SparkContext._active_spark_context)
-    monkeypatch.setitem(detection_input._SCHEMAS, context, None)
-    del detection_input._SCHEMAS[context]
+    monkeypatch.delitem(detection_input._SCHEMAS, context, raising=False)  # forgotten here, restored after
     schema = detection_input.events_schema(spark)
     assert "event" in schema.fieldNames() and "@timestamp" in schema.fieldNames()
     assert load(fingerprint()) == schema.jsonValue()  # the next start reads it
