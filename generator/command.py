@@ -4,7 +4,7 @@ Examples::
 
     nightjar generate --events 100000 --seed 7 --out /tmp/logs          # files + ground_truth.jsonl
     nightjar generate --events 100000 --seed 7 --bootstrap B --lake L   # raw topics + lake tables
-    nightjar generate --rate 2000 --bootstrap B --lake L                 # live, until Ctrl-C
+    nightjar generate --rate 2000 --bootstrap B --lake L                 # the last hour fast, then live
     nightjar generate --duration 86400 --speedup 3600 --start 2026-01-05T00:00:00Z --out DIR
 
 See docs/generator.md.
@@ -33,6 +33,9 @@ from generator.sinks import FileSink, KafkaSink
 
 log = logging.getLogger(__name__)
 DEFAULT_EVENTS = 10_000
+# A paced run to Kafka without --start (--rate, or --speedup above 1) begins this far in the past: it replays the
+# recent past at its pace, then, caught up with the wall clock, goes on in real time (see ``generate``).
+LIVE_LOOKBACK_S = 3600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,10 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     stop.add_argument("--duration", type=float, metavar="S", help="stop after S simulated seconds")
     pace = parser.add_argument_group("pacing (default: as fast as possible)")
     pace.add_argument("--rate", type=float, metavar="EV/S", help="emit EV/S events per second, sustained (catches up "
-                      "after a stall instead of drifting)")
-    pace.add_argument("--speedup", type=float, metavar="X", help="run simulated time X times faster than real time")
-    parser.add_argument("--start", metavar="ISO", help="simulated start time, e.g. 2026-01-05T08:00:00Z (default: now "
-                        "for Kafka; the start of the current UTC day for --out)")
+                      "after a stall instead of drifting); to Kafka, never an event before its time: once the "
+                      "simulation reaches the wall clock it goes on in real time")
+    pace.add_argument("--speedup", type=float, metavar="X", help="run simulated time X times faster than real time "
+                      "(to Kafka, until it reaches the wall clock)")
+    parser.add_argument("--start", metavar="ISO", help="simulated start time, e.g. 2026-01-05T08:00:00Z (default, to "
+                        "Kafka: an hour ago with --rate or --speedup above 1, now with --speedup 1, a period ending "
+                        "now when unpaced; with --out the start of the current UTC day)")
     parser.add_argument("--seed", type=int, default=1, help="random seed: same seed and options => same output")
     parser.add_argument("--out", metavar="DIR", help="write log files (syslog.log, zeek.log, ground_truth.jsonl, "
                         "reference tables as JSONL) to DIR instead of Kafka")
@@ -169,9 +175,28 @@ class Progress:
         sys.stderr.flush()
 
 
+def paced_start(rate: float | None, speedup: float | None, now: float) -> float:
+    """The default simulated start of a paced run to Kafka.
+
+    A run faster than real time that started now would stamp its events ahead of the wall clock (detection leaves
+    out events from the future, so a demo would alert on its first minutes only); it starts an hour ago instead,
+    replays that hour at its pace and continues live (``generate(..., live=True)``). Real time starts now.
+    """
+    fast = rate is not None or (speedup is not None and speedup > 1)
+    return float(int(now - LIVE_LOOKBACK_S)) if fast else float(int(now))
+
+
 def generate(opts: Options, sink, *, rate: float | None = None, speedup: float | None = None,
-             progress: Progress | None = None, org=None) -> tuple[Simulation, Counter, Counter, int, float]:
-    """Drive the simulation into ``sink``; returns (sim, events per source, events per scenario, total, last ts)."""
+             progress: Progress | None = None, org=None,
+             live: bool = False) -> tuple[Simulation, Counter, Counter, int, float]:
+    """Drive the simulation into ``sink``; returns (sim, events per source, events per scenario, total, last ts).
+
+    Pacing: with ``rate`` the n-th event is due n/rate seconds after the start (a stall is caught up, not carried as
+    drift); with ``speedup`` an event is due when wall time has advanced (its time - start)/speedup. With ``live``
+    (a paced run to Kafka) no event is sent before the wall clock reaches its timestamp, whatever the pace:
+    consumers see live traffic, never the future. (An unpaced run to Kafka ends its period at now instead, see
+    ``start_ending_now``.)
+    """
     sim = Simulation(opts, org)
     by_source: Counter = Counter()
     by_scenario: Counter = Counter()
@@ -180,12 +205,29 @@ def generate(opts: Options, sink, *, rate: float | None = None, speedup: float |
     end_ts = opts.start + opts.duration if opts.duration is not None else float("inf")
     limit = opts.events if opts.events is not None else -1
     wall0 = time.monotonic()
+    epoch0 = time.time()
     send = sink.send
+    paced = bool(rate or speedup)
     check = 0
+    caught_up = False
     try:
         for ts, _seq, topic, key, line, source, tag in sim.events():
             if ts >= end_ts or n == limit:
                 break
+            if paced:
+                due = wall0 + (n / rate if rate else (ts - opts.start) / speedup)
+                if live and wall0 + (ts - epoch0) > due:
+                    due = wall0 + (ts - epoch0)
+                    if not caught_up:
+                        caught_up = True
+                        log.info("caught up with the wall clock at %s after %d events: going on in real time",
+                                 iso(ts), n)
+                # Sleep in short slices: delivery callbacks keep flowing and Ctrl-C/SIGTERM stay prompt.
+                while (ahead := due - time.monotonic()) > 0.002:
+                    sink.poll()
+                    time.sleep(min(ahead, 0.5))
+                    if progress:
+                        progress.update(n, ts, opts.events)
             send(topic, key, line)
             n += 1
             last_ts = ts
@@ -193,20 +235,11 @@ def generate(opts: Options, sink, *, rate: float | None = None, speedup: float |
             if tag is not None:
                 by_scenario[tag.rsplit("-", 1)[0]] += 1
             check += 1
-            if check >= 2000 or rate or speedup:
-                if check >= 2000:
-                    check = 0
-                    sink.poll()
-                    if progress:
-                        progress.update(n, ts, opts.events)
-                if rate or speedup:
-                    target = wall0 + (n / rate if rate else (ts - opts.start) / speedup)
-                    ahead = target - time.monotonic()
-                    if ahead > 0.002:
-                        sink.poll()
-                        time.sleep(min(ahead, 0.5))
-                        if progress:
-                            progress.update(n, ts, opts.events)
+            if check >= 2000:
+                check = 0
+                sink.poll()
+                if progress:
+                    progress.update(n, ts, opts.events)
     except KeyboardInterrupt:
         log.info("interrupted: writing what was generated so far")
     if progress:
@@ -248,13 +281,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not args.out and args.start is None and args.rate is None and args.speedup is None:
         opts = replace(opts, start=start_ending_now(opts, org, time.time()))
         log.info("unpaced run: simulated period %s .. now (give --start to choose)", iso(opts.start))
+    elif not args.out and args.start is None:
+        opts = replace(opts, start=paced_start(args.rate, args.speedup, time.time()))
+        log.info("paced run from %s, never ahead of the wall clock (give --start to choose)", iso(opts.start))
     if not args.out:
         sink = KafkaSink(settings)
         # Reference tables first: enrichment can use them while the events arrive.
         write_lake(settings.lake, org, opts.start, None, None)
     progress = Progress(not args.quiet)
     sim, by_source, by_scenario, n, last_ts = generate(opts, sink, rate=args.rate, speedup=args.speedup,
-                                                       progress=progress, org=org)
+                                                       progress=progress, org=org, live=not args.out)
     sink.close()
     attacks, negatives, cut = sim.ground_truth()
     if args.out:
