@@ -1,7 +1,8 @@
 """``nightjar demo``: the whole loop on one machine — broker, generator, pipeline, dashboard.
 
 Starts the embedded broker (unless ``--bootstrap`` names a Kafka cluster), the generator (``nightjar generate
---rate R``, a child process: benign traffic with labelled attacks, reference tables into the lake), the
+--rate R``, a child process: benign traffic with labelled attacks, reference tables into the lake; it replays the
+last simulated hour at R lines/s, so every scenario shows up in the first minutes, then goes on in real time), the
 streaming pipeline (``nightjar run``, a child process) and the dashboard (Streamlit, a child process);
 prints the dashboard URL and the topics; prints a status line every few seconds; stops everything on
 Ctrl-C / SIGTERM or after ``--duration`` seconds. Every child runs in its own process group and is stopped
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-port", type=int, default=DEFAULT_BROKER_PORT,
                         help="port of the embedded broker (default 9092; a free one if that is taken)")
     parser.add_argument("--dashboard-port", type=int, default=8501, help="dashboard port (default 8501)")
-    parser.add_argument("--rate", type=float, default=200.0, help="raw log lines per second (default 200)")
+    parser.add_argument("--rate", type=float, default=200.0, help="raw log lines per second while the generator replays the last hour (default 200); real time after that")
     parser.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
     parser.add_argument("--trigger", default="1s", help="pipeline micro-batch interval (default 1s)")
     parser.add_argument("--status-every", type=float, default=10.0, metavar="S", help="status line interval")
