@@ -226,3 +226,59 @@ def test_event_ids_are_deterministic_and_distinct(rows, spark):
 
     again = spark.range(1).select(event_id(F.lit("file"), F.lit(0), F.lit(1)).alias("id")).first()["id"]
     assert again == get(rows["bsd_pri"], "event.id")
+
+
+def test_literal_prefix_is_what_every_match_starts_with():
+    from ingest.parsers.regex_forms import _literal_prefix
+
+    assert _literal_prefix(r"Failed (?<m>\S+) for") == "Failed "
+    assert _literal_prefix(r"errors? found") == "error"  # the optional "s" may be absent
+    assert _literal_prefix(r"ab+c") == "ab"
+    assert _literal_prefix(r"(?<what>Connection closed by|Disconnected from) x") == ""
+    assert _literal_prefix(r"Accepted x|Failed y") == ""  # an alternative at the top level: no common start
+    assert _literal_prefix(r"a[|]b") == "a" and _literal_prefix(r"\[x") == ""
+
+
+def test_a_separator_inside_a_line_gives_the_same_fields_as_the_regex(spark):
+    """Lines containing the group separator (U+001F) take the rlike + regexp_extract path: same values."""
+    sep = "\u001f"
+    rows = parse_lines(spark, [
+        f"Nov 20 08:00:00 h sshd[1]: Accepted password for a{sep}b from 10.0.0.1 port 22 ssh2",
+        f"Nov 20 08:00:00 h sshd[1]: Accepted password for ab from 10.0.0.1 port 22 ssh2{sep}",
+        f"<14>1 2026-11-20T08:00:00Z h{sep}x app - - - Invalid user bob from 10.0.0.2 port 23",
+    ])
+    assert [(get(r, "user.name"), get(r, "event.action"), get(r, "source.ip")) for r in rows] == [
+        (f"a{sep}b", "ssh_login", "10.0.0.1"), (None, None, None), (None, None, None)]
+    assert get(rows[1], "message") == f"Accepted password for ab from 10.0.0.1 port 22 ssh2{sep}"
+    assert get(rows[2], "host.name") == f"h{sep}x" and get(rows[2], "process.name") == "app"
+
+
+def test_every_form_regex_runs_once_per_line_in_the_plan(spark):
+    """The header and message form regexes are each written once as the one-pass regexp_replace in the optimized
+    plan (a test of its result before the split, written out, ran it a second and third time: Spark's
+    common-subexpression elimination does not look inside CASE branches), and once more at most as the rlike of
+    the path for lines containing the separator."""
+    from ingest.parsers import syslog
+    from ingest.parsers.regex_forms import SEPARATOR
+
+    plan = optimized_plan(spark, SAMPLES["bsd_pri"])
+    for form in syslog._HEADERS + syslog.ALL_FORMS:
+        anchored = form.pattern.anchored
+        assert plan.count(f", {anchored}, {SEPARATOR}") == 1, form.name
+        assert plan.count(f", {anchored})") <= 1, form.name  # the rlike (separator path)
+
+
+def optimized_plan(spark, line: str) -> str:
+    """The optimized plan of ``parse_records`` over one line, as text with every struct field listed."""
+    from ingest.file_source import lines_dataframe
+    from ingest.normalize import parse_records
+
+    # Not a bare local relation: the optimizer would evaluate the whole projection on it (and print no regex).
+    bronze = lines_dataframe(spark, [line]).repartition(1)
+    key = "spark.sql.debug.maxToStringFields"  # the plan's text lists at most 25 fields of a struct by default
+    saved = spark.conf.get(key, None)
+    spark.conf.set(key, "100000")
+    try:
+        return parse_records(bronze)._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        spark.conf.unset(key) if saved is None else spark.conf.set(key, saved)

@@ -448,19 +448,10 @@ def test_every_label_regex_is_written_once_in_the_plan(spark):
     """Each label regex (per slot and per section) appears once in the optimized plan, so it runs at most once per
     row: wrapped in nullif(...) or tested before use inside a CASE branch it appeared twice and ran twice (Spark's
     common-subexpression elimination does not look inside CASE branches)."""
-    from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records
     from ingest.parsers import windows as W
+    from tests.test_parse_syslog import optimized_plan
 
-    # Not a bare local relation: the optimizer would evaluate the whole projection on it (and print no regex).
-    bronze = lines_dataframe(spark, [SAMPLES["4624"]]).repartition(1)
-    key = "spark.sql.debug.maxToStringFields"  # the plan's text lists at most 25 fields of a struct by default
-    saved = spark.conf.get(key, None)
-    spark.conf.set(key, "100000")
-    try:
-        plan = parse_records(bronze)._jdf.queryExecution().optimizedPlan().toString()
-    finally:
-        spark.conf.unset(key) if saved is None else spark.conf.set(key, saved)
+    plan = optimized_plan(spark, SAMPLES["4624"])
     assert "_wt" in plan
     for name, entries in W.SLOTS.items():
         for _gate, regex in map(W._gated, entries):

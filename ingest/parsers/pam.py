@@ -23,7 +23,9 @@ _AUTH_DETAILS = (r"logname=(?<logname>\S*) uid=(?<uid>\S*) euid=(?<euid>\S*) tty
 
 
 def looks_like(message: Column) -> Column:
-    return message.rlike(PREFIX)
+    """True for a message that starts like a PAM line. Every message of every syslog line is tested, so the
+    literal starts are compared first (bytes, no conversion to a Java string) and the regex runs only on those."""
+    return (message.startswith("pam_") | message.startswith("PAM ")) & message.rlike(PREFIX)
 
 
 def _module(g: Groups) -> FormFields:

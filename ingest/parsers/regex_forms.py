@@ -1,11 +1,16 @@
 """Matching a text column against regular expressions with named groups, all in the JVM.
 
 A :class:`Pattern` is a Java regular expression whose captures are *named* groups ``(?<user>…)`` (plain
-``(…)`` groups are not allowed: use ``(?:…)``), anchored to the whole text. Extracting its groups costs
-two regex passes however many groups there are: ``regexp_replace`` rewrites a matching text to its groups
-joined by a separator (Java replacement syntax ``${name}``), and ``split`` cuts them apart. If a capture
-happens to contain the separator character, the split has the wrong length and the groups are extracted
-one ``regexp_extract`` at a time instead, so the answer is the same either way.
+``(…)`` groups are not allowed: use ``(?:…)``), anchored to the whole text. Matching a text and
+extracting its groups is one regex pass however many groups there are: ``regexp_replace`` rewrites a matching
+text to a separator followed by its groups joined by that separator (Java replacement syntax ``${name}``), and
+``split`` cuts them apart; a text that does not match comes back unchanged, so the result starts with the
+separator exactly when the pattern matched (the separator is practically never in a log line). The result is
+bound once to a lambda variable (``transform(array(r), v -> …)[0]``) before it is tested and split: written out
+twice, it would be evaluated twice, as Spark's common-subexpression elimination does not look inside ``CASE``
+branches. A form whose pattern starts with literal text is tried only on texts starting with it (a byte
+comparison, no regex and no conversion to a Java string). A text that contains the separator itself takes the
+slow path: an ``rlike`` per form and one ``regexp_extract`` per group, which gives the same answer.
 
 A :class:`MessageForm` is a pattern plus the ECS fields it yields. :func:`match_forms` tries forms in order
 (first match wins) and returns ``struct<form: int, g: array<string>>`` (the 1-based form number and the
@@ -58,14 +63,67 @@ class Pattern:
         return text.rlike(self.anchored)
 
     def extract(self, text: Column) -> Column:
-        """``array<string>`` of the groups in declaration order (null for a group that captured nothing)."""
+        """``array<string>`` of the groups in declaration order (null for a group that captured nothing), for a
+        ``text`` this pattern matches; one ``regexp_extract`` per group, so :func:`match_forms` uses it only on
+        the rare text that contains the separator."""
         if not self.groups:
             return F.array().cast("array<string>")
-        replacement = SEPARATOR.join("${" + g + "}" for g in self.groups)
-        parts = F.split(F.regexp_replace(text, self.anchored, replacement), SEPARATOR)
-        one_by_one = F.array(*[F.regexp_extract(text, self.anchored, i + 1) for i in range(len(self.groups))])
-        groups = F.when(F.size(parts) == len(self.groups), parts).otherwise(one_by_one)
-        return F.transform(groups, lambda v: F.nullif(v, F.lit("")))
+        return _nulls(F.array(*[F.regexp_extract(text, self.anchored, i + 1) for i in range(len(self.groups))]))
+
+    def marked(self, text: Column) -> Column:
+        """One regex pass: :data:`SEPARATOR` + the groups joined by it if the pattern matches ``text``, else
+        ``text`` unchanged (so, for a text without the separator, the result starts with it exactly on a match)."""
+        replacement = SEPARATOR + SEPARATOR.join("${" + g + "}" for g in self.groups)
+        return F.regexp_replace(text, self.anchored, replacement)
+
+    @property
+    def literal_prefix(self) -> str:
+        """Text every match starts with ("" when the pattern does not start with a literal): a cheap gate."""
+        return _literal_prefix(self.regex)
+
+
+def _nulls(groups: Column) -> Column:
+    """Empty captures as null."""
+    return F.transform(groups, lambda v: F.nullif(v, F.lit("")))
+
+
+_REGEX_META = frozenset("\\()[]{}?*+|.^$")
+
+
+def _literal_prefix(regex: str) -> str:
+    """The literal text every match of ``regex`` starts with (``"Failed (?<m>\\S+)"`` -> ``"Failed "``); "" when
+    the pattern starts with a group, a class, an escape, a flag, or has an alternative at its top level."""
+    if _has_top_level_alternative(regex):
+        return ""
+    out: list[str] = []
+    for ch in regex:
+        if ch in _REGEX_META:
+            if ch in "?*{" and out:
+                out.pop()  # the character before an optional quantifier may be absent
+            break
+        out.append(ch)
+    return "".join(out)
+
+
+def _has_top_level_alternative(regex: str) -> bool:
+    depth, i, in_class = 0, 0, False
+    while i < len(regex):
+        ch = regex[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            return True
+        i += 1
+    return False
 
 
 def _in_char_class(regex: str, pos: int) -> bool:
@@ -153,13 +211,58 @@ class MessageForm:
 
 def match_forms(text: Column, forms: Sequence[MessageForm], first_id: int = 1) -> Column:
     """``struct<form: int, g: array<string>>`` for the first form matching ``text`` (forms are numbered from
-    ``first_id`` in order); null if none matches."""
+    ``first_id`` in order); null if none matches. Each form's regex runs at most once per row, and only on texts
+    that start with the form's literal prefix (see the module doc)."""
+    numbered = list(enumerate(forms, start=first_id))
+    return F.when(text.contains(SEPARATOR), _match_slowly(text, numbered)).otherwise(_match_once(text, numbered))
+
+
+def _match_once(text: Column, numbered: list[tuple[int, MessageForm]]) -> Column:
+    """The forms tried in order on a text without :data:`SEPARATOR`, one regex pass each: the marked result is
+    bound to a lambda variable, so the test for a match and the split read the same value. Later forms sit in
+    the ``ELSE`` branch of earlier ones and are evaluated only when those did not match. A form without groups
+    needs no split and is tested with ``rlike``."""
+    result: Column = F.lit(None).cast(_MATCH_TYPE)
+    for number, form in reversed(numbered):
+        pattern = form.pattern
+        prefix = pattern.literal_prefix
+        gate = text.startswith(prefix) if prefix else None
+        if not pattern.groups:
+            cond = pattern.matches(text) if gate is None else gate & pattern.matches(text)
+            result = F.when(cond, F.struct(F.lit(number).alias("form"),
+                                           F.array().cast("array<string>").alias("g"))).otherwise(result)
+            continue
+        marked = pattern.marked(text)
+        if gate is not None:
+            marked = F.when(gate, marked)  # null: not tried
+
+        result = F.transform(F.array(marked), _pick(number, len(pattern.groups), result))[0]
+    return result
+
+
+def _pick(number: int, size: int, rest: Column) -> Callable[[Column], Column]:
+    """The lambda for :func:`_match_once`: form ``number`` with its ``size`` groups if the marked value ``v``
+    shows a match, else ``rest`` (the later forms)."""
+    def pick(v: Column) -> Column:
+        groups = _nulls(F.slice(F.split(v, SEPARATOR), 2, size))
+        return F.when(v.startswith(SEPARATOR), F.struct(F.lit(number).alias("form"), groups.alias("g"))) \
+            .otherwise(rest)
+
+    return pick
+
+
+def _match_slowly(text: Column, numbered: list[tuple[int, MessageForm]]) -> Column:
+    """The same answer for a text containing :data:`SEPARATOR` (a capture could contain it): ``rlike`` per form,
+    ``regexp_extract`` per group."""
     result = None
-    for number, form in enumerate(forms, start=first_id):
+    for number, form in numbered:
         matched = F.struct(F.lit(number).alias("form"), form.pattern.extract(text).alias("g"))
         cond = form.pattern.matches(text)
         result = F.when(cond, matched) if result is None else result.when(cond, matched)
     return result
+
+
+_MATCH_TYPE = "struct<form: int, g: array<string>>"
 
 
 def form_fields(matched: Column, forms: Sequence[MessageForm]) -> Fields:
