@@ -37,15 +37,24 @@ def timestamp(text: Column, ingested_at: Column) -> Column:
     """The header timestamp text -> timestamp, BSD year resolved against ``ingested_at`` (see module doc)."""
     upper = F.upper(text)
     iso = F.try_to_timestamp(upper)
-    # Collapse the day padding and keep at most microseconds of a fraction.
-    bsd = F.regexp_replace(F.regexp_replace(text, " +", " "), r"(\.[0-9]{6})[0-9]+$", "$1")
+    # Collapse the day padding and keep at most microseconds of a fraction; each regex only on text that needs it.
+    squeezed = F.when(text.contains("  "), F.regexp_replace(text, " +", " ")).otherwise(text)
     reference = F.coalesce(ingested_at, F.current_timestamp())
     year = F.year(reference)
-
-    def in_year(y: Column) -> Column:
-        return F.try_to_timestamp(F.concat_ws(" ", y.cast("string"), bsd), F.lit(_BSD_FORMAT))
-
-    this_year = in_year(year)
     limit = reference + F.expr(f"INTERVAL {FUTURE_TOLERANCE_DAYS} DAYS")
-    resolved = F.when(this_year.isNull() | (this_year > limit), in_year(year - 1)).otherwise(this_year)
+
+    def resolve(bsd: Column) -> Column:
+        def in_year(y: Column) -> Column:
+            return F.try_to_timestamp(F.concat_ws(" ", y.cast("string"), bsd), F.lit(_BSD_FORMAT))
+
+        # The parse in this year is bound once: written out, the test and the value would parse it three times.
+        return F.transform(F.array(in_year(year)), lambda this_year: F.when(
+            this_year.isNull() | (this_year > limit), in_year(year - 1)).otherwise(this_year))[0]
+
+    def trim_fraction(squeezed: Column) -> Column:
+        return resolve(F.when(squeezed.contains("."), F.regexp_replace(squeezed, r"(\.[0-9]{6})[0-9]+$", "$1"))
+                       .otherwise(squeezed))
+
+    # The squeezed text is bound once too (a lambda variable), so that its regex runs at most once.
+    resolved = F.transform(F.array(squeezed), trim_fraction)[0]
     return F.when(text.rlike(r"^[0-9]{4}-"), iso).otherwise(resolved)
