@@ -23,6 +23,15 @@ Every mode starts its own embedded broker on a free port and a fresh lake, runs 
     ``nightjar generate --rate R`` for ``--step-seconds`` per rate against one ``nightjar run --trigger 1s``;
     a step is bounded when, at its end, neither query is more than ``--lag-bound-s`` seconds of input behind.
     Reports the highest rate with bounded lag. Target: >= 5,000 events/s.
+``--mode live-ml``
+    What ML scoring costs the live pipeline (issue #15: scoring adds <= 20 % to the event->alert p50): the live run
+    twice, same seed, hosts and duration, back to back, once without a model and once with the models of
+    ``--model-from LAKE`` copied into the fresh lake before ``nightjar run`` starts (so its supervisor starts the
+    ``ml`` query). Prints both runs' p50/p95/p99 for the rule alerts and the ML alerts (``ml.*``) apart, the ratio
+    with/without of the p50s, the ``ml`` query's batch durations and the load average during each run. The
+    per-entity model only knows the organization it was trained on: ``--seed``/``--hosts`` must be the training
+    data's (the 500-host models of docs/ml.md: ``--hosts 500 --seed 1``). ``--model-from`` also works with
+    ``--mode live`` alone (one run with the model).
 
 ``--json`` prints one JSON object (every printed figure, plus the load average sampled during the run) on
 stdout and the tables on stderr; ``--json FILE`` writes it to FILE and keeps the tables on stdout.
@@ -60,7 +69,10 @@ from core.config import (
 )
 from core.errors import UserError
 
-MODES = ("drained", "live", "step-up", "all")
+MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
+ML_ORDERS = ("without-first", "with-first")
+TARGET_ML_P50_RATIO = 1.2  # issue #15: scoring adds <= 20 % to the event->alert p50
+QUERY_ML = "ml"  # = alerts.ml.ml_scoring.QUERY_ML; that module (pandas, models) is imported only when a model is used
 DEFAULT_START = "2026-03-10T09:00:00Z"  # a past Tuesday, 09:00 UTC: a working hour, nothing in the future
 DEFAULT_RATES = "1000,2500,5000,7500,10000"
 TARGET_DRAINED_EPS = 15_000
@@ -100,6 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="one JSON object with every figure: on stdout (tables go to stderr), or to FILE")
     parser.add_argument("--keep-lake", action="store_true", help="keep the benchmark's lake and logs")
+    parser.add_argument("--model-from", type=Path, metavar="LAKE",
+                        help="live/live-ml: copy the trained models of LAKE (LAKE/models, see `nightjar ml list`) into "
+                             "the benchmark's fresh lake before the pipeline starts, so the run includes the ML "
+                             "scoring query. The models know one organization: use the --hosts and --seed of their "
+                             "training data (e.g. --hosts 500 --seed 1)")
+    parser.add_argument("--ml-order", choices=ML_ORDERS, default="without-first",
+                        help="live-ml: which run goes first (default without-first; run the pair twice, reversed, "
+                             "to see what the order does)")
 
 
 # -- output -----------------------------------------------------------------------------------------------------------
@@ -350,9 +370,9 @@ def delta_rows_after(table: Path, version: int) -> tuple[int, int]:
     return (versions[-1] if versions else -1), rows
 
 
-def windowed_lag(lake: Path) -> tuple[int, int]:
-    """(events rows the windowed query has not committed, events table version)."""
-    _, offset = committed_offsets(lake / "_checkpoints" / QUERY_WINDOWED)
+def windowed_lag(lake: Path, query: str = QUERY_WINDOWED) -> tuple[int, int]:
+    """(events rows the windowed query (or another query reading ``events``) has not committed, events version)."""
+    _, offset = committed_offsets(lake / "_checkpoints" / query)
     # ingest.delta_source offsets: {"version": v, "index": i}: the files of v up to the i-th read (-1: none of v)
     done = -1 if not offset else int(offset["version"]) - (1 if int(offset.get("index", -1)) < 0 else 0)
     latest, rows = delta_rows_after(lake / TABLE_EVENTS, done)
@@ -874,8 +894,9 @@ def _read_delta(spark, path: Path):
 class Sampler:
     """Per-query lag, state rows and memory of a running pipeline, sampled on demand."""
 
-    def __init__(self, settings: Settings, lake: Path, pipeline_pid: int) -> None:
+    def __init__(self, settings: Settings, lake: Path, pipeline_pid: int, ml: bool = False) -> None:
         self.settings, self.lake, self.pid = settings, lake, pipeline_pid
+        self.ml = ml  # the ``ml`` query runs: sample its lag too (without it every events row would count as lag)
         self.kafka = KafkaEnds(settings, RAW_TOPICS)
         self.t0 = time.time()
         self.samples: list[dict[str, Any]] = []
@@ -900,6 +921,8 @@ class Sampler:
             "windowed_batch_ms": (newest.get(QUERY_WINDOWED) or {}).get("batch_duration_ms"),
             "load_1m": os.getloadavg()[0], **_rss(self.pid),
         }
+        if self.ml:
+            s["ml_lag"] = windowed_lag(self.lake, QUERY_ML)[0]
         self.samples.append(s)
         return s
 
@@ -984,20 +1007,52 @@ def _write_reference(lake: Path, seed: int, hosts: int, start: float) -> None:
     write_lake(lake, build_organization(seed, hosts, 300), start, None, None)
 
 
-def live(bench: Bench) -> dict[str, Any]:
+def copy_models(source_lake: Path, lake: Path) -> list[str]:
+    """Copy ``source_lake/models`` into ``lake`` (before the pipeline starts, so its supervisor starts the ``ml``
+    query); the usable versions found, e.g. ``["behaviour v0003", "domain v0003"]``. A lake without a usable model
+    is refused up front: the run would silently measure the pipeline without scoring."""
+    from alerts.ml.ml_scoring import MODEL_FEATURES
+    from alerts.ml.model_store import ModelRefused, ModelTracker, models_root
+
+    src = models_root(source_lake)
+    if not src.is_dir():
+        raise UserError(f"--model-from {source_lake}: no models under {src} (train them with `nightjar ml train`)",
+                        exit_code=2)
+    shutil.copytree(src, models_root(lake), dirs_exist_ok=False)
+    usable = []
+    for name, feats in MODEL_FEATURES.items():
+        try:
+            model = ModelTracker(lake, name, feats).current()
+        except ModelRefused:
+            model = None
+        if model is not None:
+            usable.append(f"{name} {model.version}")
+    if not usable:
+        raise UserError(f"--model-from {source_lake}: no usable model (see `nightjar ml list --lake {source_lake}`)",
+                        exit_code=2)
+    return usable
+
+
+def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dict[str, Any]:
+    """One live run; ``tag`` names its lake, logs and children (live-ml runs two); ``model_from``: a lake whose
+    models are copied in first."""
     args, out = bench.args, bench.out
     hosts = args.hosts or 8000
     t_mode = time.time()
-    settings, lake = bench.fresh("live")
+    settings, lake = bench.fresh(tag)
+    models = copy_models(model_from, lake) if model_from else []
+    if models:
+        Out.status(f"{tag}: models from {model_from}: {', '.join(models)}")
     _write_reference(lake, args.seed, hosts, time.time())
     alerts = AlertConsumer(settings).start()
-    Out.status(f"live: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
-    pipe = _start_pipeline(bench, settings, lake, "live-run")
-    sampler = Sampler(settings, lake, pipe.pid)
+    Out.status(f"{tag}: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
+    run_name, gen_name = f"{tag}-run", f"{tag}-generate"
+    pipe = _start_pipeline(bench, settings, lake, run_name)
+    sampler = Sampler(settings, lake, pipe.pid, ml=bool(models))
     try:
-        Out.status(f"live: generating at speedup 1, {hosts} hosts, {args.duration:.0f}s")
+        Out.status(f"{tag}: generating at speedup 1, {hosts} hosts, {args.duration:.0f}s")
         gen_t0 = time.time()
-        gen = bench.children.start("live-generate", bench.generate_args(
+        gen = bench.children.start(gen_name, bench.generate_args(
             settings, "--speedup", "1", "--hosts", str(hosts), "--duration", str(args.duration)))
         sampler.t0 = gen_t0
         last = 0.0
@@ -1005,31 +1060,31 @@ def live(bench: Bench) -> dict[str, Any]:
             s = sampler.sample()
             if time.monotonic() - last >= STATUS_EVERY_S:
                 last = time.monotonic()
-                Out.status(_status_line(s, "live:"))
+                Out.status(_status_line(s, f"{tag}:"))
             if pipe.poll() is not None:
-                bench.check_exit("live-run", pipe.returncode)
-                raise UserError("the pipeline exited during the live run")
+                bench.check_exit(run_name, pipe.returncode)
+                raise UserError(f"the pipeline exited during the {tag} run")
             time.sleep(args.sample_seconds)
-        bench.check_exit("live-generate", gen.returncode)
+        bench.check_exit(gen_name, gen.returncode)
         gen_s = time.time() - gen_t0
-        Out.status(f"live: generator done after {gen_s:.0f}s; waiting for the pipeline to catch up")
+        Out.status(f"{tag}: generator done after {gen_s:.0f}s; waiting for the pipeline to catch up")
         deadline = time.monotonic() + args.drain_timeout
         caught_up = False
         while time.monotonic() < deadline:
             s = sampler.sample()
-            if s["ingest_lag"] == 0 and s["windowed_lag"] == 0:
+            if s["ingest_lag"] == 0 and s["windowed_lag"] == 0 and not s.get("ml_lag"):
                 caught_up = True
                 break
             if time.monotonic() - last >= STATUS_EVERY_S:
                 last = time.monotonic()
-                Out.status(_status_line(s, "live (catching up):"))
+                Out.status(_status_line(s, f"{tag} (catching up):"))
             time.sleep(min(args.sample_seconds, 2.0))
         catch_up_s = time.time() - gen_t0 - gen_s
         time.sleep(3.0)  # the windowed batch over the last events publishes its alerts
     finally:
         sampler.close()
         bench.children.remember()
-        stop_rc = bench.children.stop("live-run")
+        stop_rc = bench.children.stop(run_name)
         alerts.stop()
     progress = _progress(lake)
     single_rules = _single_event_rules(progress)
@@ -1049,9 +1104,13 @@ def live(bench: Bench) -> dict[str, Any]:
                           "jvm_mib", "workers_mib")},
         "targets": {"p50_s": TARGET_P50_S, "p99_s": TARGET_P99_S, "single_event_p50_s": TARGET_SINGLE_P50_S},
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log("live-run")),
+        "log_problems": _log_problems(bench.children.log(run_name)),
         "load_average": bench.load.summary(t_mode),
+        "models": models,
+        "ml_query": _ml_query(progress) if models else None,
     }
+    if models:
+        result["max"]["ml_lag"] = max((s.get("ml_lag") or 0 for s in sampler.samples), default=0)
     o = lat["overall"]
     se = lat["single_event"]
     result["target_met"] = {
@@ -1093,8 +1152,30 @@ def _latencies(messages: list[tuple[float, dict]], single_rules: set[str]) -> di
     everything = [v for vs in per_rule.values() for v in vs]
     single = [v for r, vs in per_rule.items() if r in single_rules for v in vs]
     windowed = [v for r, vs in per_rule.items() if r not in single_rules for v in vs]
+    # ML alerts (rule_id ml.*) apart: a run with a model raises them, one without cannot, so the cost of scoring to
+    # the rules' latency is the rule alerts' p50 with vs without, and the ML alerts' own latency is another figure.
+    rules = [v for r, vs in per_rule.items() if not _is_ml(r) for v in vs]
+    ml = [v for r, vs in per_rule.items() if _is_ml(r) for v in vs]
     return {"messages": len(messages), "overall": stats(everything), "single_event": stats(single),
-            "windowed": stats(windowed), "by_rule": {r: stats(vs) for r, vs in sorted(per_rule.items())}}
+            "windowed": stats(windowed), "rules": stats(rules), "ml": stats(ml),
+            "by_rule": {r: stats(vs) for r, vs in sorted(per_rule.items())}}
+
+
+def _is_ml(rule_id: str) -> bool:
+    return rule_id.startswith("ml.")
+
+
+def _ml_query(progress: list[dict]) -> dict[str, Any]:
+    """The ``ml`` query's micro-batches from ``pipeline_progress``: how often it ran and what a batch cost."""
+    rows = sorted((p for p in progress if p["query_name"] == QUERY_ML and (p["batch_id"] or 0) >= 0),
+                  key=lambda p: (p["batch_id"], p["timestamp"]))
+    busy = [p for p in rows if p["num_input_rows"]]
+    ms = [float(p["batch_duration_ms"]) for p in busy if p["batch_duration_ms"] is not None]
+    return {"progress_rows": len(rows), "batches_with_input": len(busy),
+            "input_rows": sum(p["num_input_rows"] for p in busy),
+            "batch_ms": {"p50": _pct(ms, 0.5), "p95": _pct(ms, 0.95), "max": max(ms, default=None),
+                         "mean": round(statistics.fmean(ms), 1) if ms else None},
+            "batch_ms_all": [p["batch_duration_ms"] for p in busy]}
 
 
 def _producer_offset(lake: Path) -> dict[str, Any] | None:
@@ -1136,8 +1217,17 @@ def _print_live(out: Out, r: dict[str, Any], samples: list[dict[str, Any]]) -> N
     row("ALL", lat["overall"])
     row("single-event rules", lat["single_event"])
     row("windowed rules", lat["windowed"])
+    if r.get("models"):
+        row("rule alerts (not ml.*)", lat["rules"])
+        row("ML alerts (ml.*)", lat["ml"])
     for rule, s in lat["by_rule"].items():
         row(f"  {rule}", s)
+    if r.get("models"):
+        q = r["ml_query"]
+        b = q["batch_ms"]
+        out.say(f"  ML scoring ({', '.join(r['models'])}): query {QUERY_ML} {q['batches_with_input']} batches with "
+                f"input ({q['input_rows']:,} events rows, {q['progress_rows']} progress rows), batch p50 "
+                f"{_ms(b['p50'])}, p95 {_ms(b['p95'])}, max {_ms(b['max'])}; max ML lag {r['max']['ml_lag']:,} rows")
     off = r["generator_emission_offset_s"]
     if off:
         out.say(f"  (included above: the generator emits events {off['p50']:.2f}s (p50) after their own time, "
@@ -1154,6 +1244,77 @@ def _print_live(out: Out, r: dict[str, Any], samples: list[dict[str, Any]]) -> N
     out.say(f"  {_load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
+
+
+# -- live-ml: the live run without and with the models ------------------------------------------------------------
+def _ratio(with_: float | None, without: float | None) -> float | None:
+    return round(with_ / without, 3) if with_ is not None and without else None
+
+
+def live_ml(bench: Bench) -> dict[str, Any]:
+    """The live run twice, back to back so they share the machine's conditions: without a model, then with the
+    models of ``--model-from`` (or the other way round with ``--ml-order with-first``)."""
+    args = bench.args
+    order = ("with", "without") if args.ml_order == "with-first" else ("without", "with")
+    runs: dict[str, dict[str, Any]] = {}
+    for which in order:
+        Out.status(f"live-ml: the run {which} the model ({order.index(which) + 1} of 2)")
+        runs[which] = live(bench, f"live-{which}-model", args.model_from if which == "with" else None)
+    result = {"order": list(order), "model_from": str(args.model_from), "without_model": runs["without"],
+              "with_model": runs["with"]}
+    result["comparison"] = ml_comparison(runs["without"], runs["with"])
+    _print_live_ml(bench.out, result)
+    return result
+
+
+def ml_comparison(without: dict[str, Any], with_: dict[str, Any]) -> dict[str, Any]:
+    """The figures of issue #15's bar from two live runs: p50/p95/p99 of each, ratios with/without of the p50s."""
+    lw, lm = without["latency"], with_["latency"]
+
+    def pcts(s: dict[str, Any]) -> dict[str, Any]:
+        return {k: s[k] for k in ("alerts", "p50", "p95", "p99")}
+
+    cmp: dict[str, Any] = {
+        "rules_without": pcts(lw["rules"]), "rules_with": pcts(lm["rules"]),
+        "all_without": pcts(lw["overall"]), "all_with": pcts(lm["overall"]),
+        "ml_with": pcts(lm["ml"]),
+        # the bar: what scoring adds to the rules' event->alert p50 (the ML alerts exist only in the run with it)
+        "p50_ratio_rules": _ratio(lm["rules"]["p50"], lw["rules"]["p50"]),
+        "p50_ratio_all": _ratio(lm["overall"]["p50"], lw["overall"]["p50"]),
+        "p95_ratio_rules": _ratio(lm["rules"]["p95"], lw["rules"]["p95"]),
+        "p99_ratio_rules": _ratio(lm["rules"]["p99"], lw["rules"]["p99"]),
+        "ml_batch_ms": with_["ml_query"]["batch_ms"] if with_.get("ml_query") else None,
+        "load_1m_mean_without": without["load_average"]["mean_1m"],
+        "load_1m_mean_with": with_["load_average"]["mean_1m"],
+        "target_p50_ratio": TARGET_ML_P50_RATIO,
+    }
+    r = cmp["p50_ratio_rules"]
+    cmp["target_met"] = None if r is None else r <= TARGET_ML_P50_RATIO
+    return cmp
+
+
+def _print_live_ml(out: Out, r: dict[str, Any]) -> None:
+    c = r["comparison"]
+    out.say(f"== live-ml: the live run without and with the models of {r['model_from']} (order: "
+            f"{' then '.join(r['order'])}) ==")
+    out.say(f"  {'alerts':<26} {'run':<8} {'n':>5} {'p50':>8} {'p95':>8} {'p99':>8} {'load1 mean':>11}")
+    for label, key, which in (("rule alerts (not ml.*)", "rules_without", "without"),
+                              ("rule alerts (not ml.*)", "rules_with", "with"),
+                              ("all alerts", "all_without", "without"), ("all alerts", "all_with", "with"),
+                              ("ML alerts (ml.*)", "ml_with", "with")):
+        s = c[key]
+        out.say(f"  {label:<26} {which:<8} {s['alerts']:>5} {_fmt(s['p50']):>8} {_fmt(s['p95']):>8} "
+                f"{_fmt(s['p99']):>8} {c['load_1m_mean_' + which]:>11.2f}")
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}x"
+
+    out.say(f"  with/without: rule alerts p50 {ratio(c['p50_ratio_rules'])} (p95 {ratio(c['p95_ratio_rules'])}, p99 "
+            f"{ratio(c['p99_ratio_rules'])}); all alerts p50 {ratio(c['p50_ratio_all'])}")
+    b = c["ml_batch_ms"] or {}
+    out.say(f"  ml query batches: p50 {_ms(b.get('p50'))}, p95 {_ms(b.get('p95'))}, max {_ms(b.get('max'))}")
+    out.say(f"  target: scoring adds <= {100 * (TARGET_ML_P50_RATIO - 1):.0f} % to the rule alerts' p50 "
+            f"(ratio <= {TARGET_ML_P50_RATIO:g}): {_mark(c['target_met'])}")
 
 
 # -- step-up --------------------------------------------------------------------------------------------------------
@@ -1305,6 +1466,14 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserError(f"--start {args.start} is in the future: the drained run replays the past", exit_code=2)
     parse_interval(args.trigger)
     _rates(args.rates)
+    if args.mode == "live-ml" and args.model_from is None:
+        raise UserError("--mode live-ml needs --model-from LAKE (a lake with trained models)", exit_code=2)
+    if args.model_from is not None:
+        if args.mode not in ("live", "live-ml"):
+            raise UserError("--model-from applies to --mode live and live-ml only", exit_code=2)
+        if not (args.model_from / "models").is_dir():
+            raise UserError(f"--model-from {args.model_from}: no models under {args.model_from / 'models'} "
+                            "(train them with `nightjar ml train`)", exit_code=2)
     if args.json not in (None, "-") and not Path(args.json).parent.exists():
         raise UserError(f"--json {args.json}: directory {Path(args.json).parent} does not exist", exit_code=2)
 
@@ -1358,6 +1527,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         report["mode"] = args.mode
         modes = ("drained", "live", "step-up") if args.mode == "all" else (args.mode,)
         for mode in modes:
-            report[mode.replace("-", "_")] = {"drained": drained, "live": live, "step-up": step_up}[mode](bench)
+            fn = {"drained": drained, "live": lambda b: live(b, model_from=args.model_from), "step-up": step_up,
+                  "live-ml": live_ml}[mode]
+            report[mode.replace("-", "_")] = fn(bench)
 
     return run_bench(args, settings, "pipeline", body)
