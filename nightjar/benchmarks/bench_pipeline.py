@@ -272,7 +272,10 @@ def _reap(pids: set[int], grace_s: float = 10.0) -> None:
             proc.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive(), timeout=10)
+    try:
+        psutil.wait_procs(alive(), timeout=10)
+    except (OSError, psutil.Error):  # gone between alive() and pidfd_open() (ENOENT seen here): nothing to wait for
+        pass
 
 
 def _rss(pid: int) -> dict[str, Any]:
