@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -178,48 +176,6 @@ def test_data_loss_fails_by_default_naming_the_partition_and_the_option_and_leni
         assert len(values) == 840 and sum(v.startswith(b"after") for v in values) == 40
     finally:
         broker.stop()
-
-
-@pytest.mark.slow
-def test_sigkill_mid_run_loses_and_duplicates_nothing(spark, own_broker, settings):
-    """Kill -9 the whole pipeline process group while a producer keeps writing; restart; drain."""
-    settings = settings.with_(bootstrap=own_broker.bootstrap)
-    ensure_topics(settings, RAW_TOPICS, partitions=4)
-    total = 12_000
-    done = threading.Event()
-
-    def producer() -> None:
-        for i in range(0, total, 500):
-            produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG if i % 1000 else TOPIC_RAW_ZEEK, 500, prefix=f"b{i}")
-            time.sleep(0.1)
-        done.set()
-
-    thread = threading.Thread(target=producer)
-    thread.start()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nightjar.cli", "run", "--bootstrap", own_broker.bootstrap, "--lake",
-         str(settings.lake), "--trigger", "200ms", "--max-offsets-per-trigger", "700"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 400  # generous: Spark's first batch on a loaded 2-core machine
-        while time.monotonic() < deadline:
-            if is_delta_table(settings.table_path(TABLE_BRONZE)) and row_count(settings.lake, TABLE_BRONZE) >= 1400:
-                break
-            assert proc.poll() is None, "pipeline exited early"
-            time.sleep(0.2)
-        else:
-            pytest.fail("pipeline wrote nothing within 400 s")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    at_kill = row_count(settings.lake, TABLE_BRONZE)
-    thread.join()
-    assert done.is_set()
-    assert at_kill < total, "the kill came too late to test anything"
-    run_pipeline(settings, Trigger(available_now=True))
-    coords = bronze_coordinates(settings.lake)
-    assert len(coords) == total and len(set(coords)) == total
 
 
 @pytest.mark.parametrize(
