@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -544,8 +545,12 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
             log.warning("the progress listener did not see every query end: progress may be incomplete")
         supervisor.health.report()
         recorder.flush()
-        if jvm_up:
-            spark.streams.removeListener(recorder)
+        if jvm_up and _jvm_alive(spark):
+            try:
+                spark.streams.removeListener(recorder)
+            except (Py4JError, OSError) as exc:  # the JVM's hook can still win the race between check and call
+                log.info("the JVM stopped while the pipeline finished (%s): nothing left to unregister",
+                         type(exc).__name__)
 
 
 def _jvm_alive(spark: SparkSession) -> bool:
