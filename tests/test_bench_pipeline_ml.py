@@ -61,6 +61,7 @@ def model_lake(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # two live pipeline runs and a model fit: ~12 min at load 8-13, not in the default run (-m bench)
 @pytest.mark.timeout(3600)  # a model fit and two live pipeline runs: many minutes on a busy 2-core machine
 def test_live_ml_runs_without_then_with_the_model_and_reports_every_figure(model_lake: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
