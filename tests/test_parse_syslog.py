@@ -253,21 +253,6 @@ def test_a_separator_inside_a_line_gives_the_same_fields_as_the_regex(spark):
     assert get(rows[2], "host.name") == f"h{sep}x" and get(rows[2], "process.name") == "app"
 
 
-def test_every_form_regex_runs_once_per_line_in_the_plan(spark):
-    """The header and message form regexes are each written once as the one-pass regexp_replace in the optimized
-    plan (a test of its result before the split, written out, ran it a second and third time: Spark's
-    common-subexpression elimination does not look inside CASE branches), and once more at most as the rlike of
-    the path for lines containing the separator."""
-    from ingest.parsers import syslog
-    from ingest.parsers.regex_forms import SEPARATOR
-
-    plan = optimized_plan(spark, SAMPLES["bsd_pri"])
-    for form in syslog._HEADERS + syslog.ALL_FORMS:
-        anchored = form.pattern.anchored
-        assert plan.count(f", {anchored}, {SEPARATOR}") == 1, form.name
-        assert plan.count(f", {anchored})") <= 1, form.name  # the rlike (separator path)
-
-
 def optimized_plan(spark, line: str) -> str:
     """The optimized plan of ``parse_records`` over one line, as text with every struct field listed."""
     from ingest.file_source import lines_dataframe

@@ -1,16 +1,16 @@
 """Matching a text column against regular expressions with named groups, all in the JVM.
 
 A :class:`Pattern` is a Java regular expression whose captures are *named* groups ``(?<user>…)`` (plain
-``(…)`` groups are not allowed: use ``(?:…)``), anchored to the whole text. Matching a text and
-extracting its groups is one regex pass however many groups there are: ``regexp_replace`` rewrites a matching
-text to a separator followed by its groups joined by that separator (Java replacement syntax ``${name}``), and
-``split`` cuts them apart; a text that does not match comes back unchanged, so the result starts with the
-separator exactly when the pattern matched (the separator is practically never in a log line). The result is
-bound once to a lambda variable (``transform(array(r), v -> …)[0]``) before it is tested and split: written out
-twice, it would be evaluated twice, as Spark's common-subexpression elimination does not look inside ``CASE``
-branches. A form whose pattern starts with literal text is tried only on texts starting with it (a byte
-comparison, no regex and no conversion to a Java string). A text that contains the separator itself takes the
-slow path: an ``rlike`` per form and one ``regexp_extract`` per group, which gives the same answer.
+``(…)`` groups are not allowed: use ``(?:…)``), anchored to the whole text. A form is tried with
+``rlike`` (only on text that starts with the form's literal prefix, if its pattern has one: a byte comparison,
+no regex and no conversion to a Java string), and the groups of the matching form are extracted with
+``regexp_replace`` to the groups joined by a separator (Java replacement syntax ``${name}``) and ``split``; if a
+capture contains the separator, one ``regexp_extract`` per group instead, so the answer is the same either way.
+:func:`match_forms` also has a ``one_pass`` mode, in which each form's regex runs once per row: the
+``regexp_replace`` result starts with the separator exactly when the pattern matched, and is bound once to a
+lambda variable (``transform(array(r), v -> …)[0]``) before it is tested and split. It is off: measured, the
+lambdas (evaluated by Spark's interpreter, not generated code) cost more than the regex passes they save on short
+lines (docs/performance.md, "Fifth session").
 
 A :class:`MessageForm` is a pattern plus the ECS fields it yields. :func:`match_forms` tries forms in order
 (first match wins) and returns ``struct<form: int, g: array<string>>`` (the 1-based form number and the
@@ -69,6 +69,15 @@ class Pattern:
         if not self.groups:
             return F.array().cast("array<string>")
         return _nulls(F.array(*[F.regexp_extract(text, self.anchored, i + 1) for i in range(len(self.groups))]))
+
+    def split_groups(self, text: Column) -> Column:
+        """The groups of a ``text`` this pattern matches: ``regexp_replace`` to the groups joined by
+        :data:`SEPARATOR`, then ``split``; one ``regexp_extract`` per group if a capture contained the separator."""
+        if not self.groups:
+            return F.array().cast("array<string>")
+        parts = F.split(F.regexp_replace(text, self.anchored, SEPARATOR.join("${" + g + "}" for g in self.groups)),
+                        SEPARATOR)
+        return F.when(F.size(parts) == len(self.groups), _nulls(parts)).otherwise(self.extract(text))
 
     def marked(self, text: Column) -> Column:
         """One regex pass: :data:`SEPARATOR` + the groups joined by it if the pattern matches ``text``, else
@@ -209,11 +218,16 @@ class MessageForm:
         return self.pattern.name
 
 
-def match_forms(text: Column, forms: Sequence[MessageForm], first_id: int = 1) -> Column:
+def match_forms(text: Column, forms: Sequence[MessageForm], first_id: int = 1, one_pass: bool = False) -> Column:
     """``struct<form: int, g: array<string>>`` for the first form matching ``text`` (forms are numbered from
-    ``first_id`` in order); null if none matches. Each form's regex runs at most once per row, and only on texts
-    that start with the form's literal prefix (see the module doc)."""
+    ``first_id`` in order); null if none matches. A form whose pattern starts with literal text is tried only on
+    text starting with it. ``one_pass``: each form's regex runs once per row (see the module doc); off by default:
+    measured in one session (20,000 lines, old and new alternated) it cost the sshd lines' header and message
+    match +16 % to +50 % CPU while saving 13-20 % on the Windows lines' header (the nested lambdas are evaluated by
+    Spark's interpreter, not generated code), so every caller keeps ``rlike`` then the extraction."""
     numbered = list(enumerate(forms, start=first_id))
+    if not one_pass:
+        return _match_slowly(text, numbered, extract=Pattern.split_groups)
     return F.when(text.contains(SEPARATOR), _match_slowly(text, numbered)).otherwise(_match_once(text, numbered))
 
 
@@ -251,13 +265,18 @@ def _pick(number: int, size: int, rest: Column) -> Callable[[Column], Column]:
     return pick
 
 
-def _match_slowly(text: Column, numbered: list[tuple[int, MessageForm]]) -> Column:
-    """The same answer for a text containing :data:`SEPARATOR` (a capture could contain it): ``rlike`` per form,
-    ``regexp_extract`` per group."""
+def _match_slowly(text: Column, numbered: list[tuple[int, MessageForm]],
+                  extract: Callable[[Pattern, Column], Column] | None = None) -> Column:
+    """``rlike`` per form (after its literal prefix), then ``extract`` (default: ``regexp_extract`` per group, the
+    path for a text containing :data:`SEPARATOR`, where a capture could contain it)."""
+    extract = extract or Pattern.extract
     result = None
     for number, form in numbered:
-        matched = F.struct(F.lit(number).alias("form"), form.pattern.extract(text).alias("g"))
-        cond = form.pattern.matches(text)
+        pattern = form.pattern
+        matched = F.struct(F.lit(number).alias("form"), extract(pattern, text).alias("g"))
+        cond = pattern.matches(text)
+        if pattern.literal_prefix:
+            cond = text.startswith(pattern.literal_prefix) & cond
         result = F.when(cond, matched) if result is None else result.when(cond, matched)
     return result
 
