@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_start(text: str | None, to_files: bool) -> float:
-    if text is None:  # a paced run to Kafka starts now; see start_ending_now for an unpaced one
+    if text is None:  # to Kafka, run() replaces it: paced_start or start_ending_now
         now = time.time()
         return float(int(now // 86400 * 86400)) if to_files else float(int(now))
     try:

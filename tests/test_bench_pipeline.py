@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from nightjar.benchmarks.bench_pipeline import STAGES
-
-REPO = Path(__file__).resolve().parent.parent
-NIGHTJAR = [str(Path(sys.executable).parent / "nightjar")] if (Path(sys.executable).parent / "nightjar").exists() \
-    else [sys.executable, "-m", "nightjar.cli"]
+from tests.cli_process import NIGHTJAR, REPO, run_nightjar
 
 
 @pytest.mark.slow
@@ -25,19 +21,8 @@ NIGHTJAR = [str(Path(sys.executable).parent / "nightjar")] if (Path(sys.executab
 def test_drained_tiny_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     events = 3000
-    proc = subprocess.Popen([*NIGHTJAR, "bench", "pipeline", "--events", str(events), "--json", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=2300)
-    finally:
-        if proc.poll() is None:  # timed out or interrupted: SIGTERM lets the benchmark stop its broker and children
-            proc.terminate()
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-    assert proc.returncode == 0, stderr[-3000:]
+    done = run_nightjar(["bench", "pipeline", "--events", str(events), "--json", str(out)], timeout=2300)
+    assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     d = report["drained"]
     assert d["events"] == events
@@ -55,7 +40,7 @@ def test_drained_tiny_reports_every_figure(tmp_path: Path) -> None:
     for load in (report["load_average"], d["load_average"]):
         assert len(load["start"]) == 3 and load["samples"] >= 1
     # the table went to stdout, the JSON to the file
-    assert "events/s" in stdout and "per-stage cost" in stdout
+    assert "events/s" in done.stdout and "per-stage cost" in done.stdout
 
 
 def test_bad_arguments_are_one_line_exit_2() -> None:

@@ -11,39 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from generator.stealth_scenarios import generate_files
+from tests.cli_process import run_nightjar
 
-REPO = Path(__file__).resolve().parent.parent
-NIGHTJAR = [str(Path(sys.executable).parent / "nightjar")] if (Path(sys.executable).parent / "nightjar").exists() \
-    else [sys.executable, "-m", "nightjar.cli"]
 MONDAY = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()
 HOSTS, USERS, SEED = 12, 300, 1  # the benchmark's organization: --hosts 12 --seed 1, its reference tables' 300 users
 TRAIN_H = 5  # >= 4 hours: `ml train` needs four hourly windows to hold one quarter out for the threshold
 DURATION_S = 60
-
-
-def _nightjar(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """The CLI in a subprocess, as a user runs it. Past ``timeout`` (or on an interrupt) it gets SIGTERM first, so
-    the benchmark stops its own broker and children; SIGKILL only if that does not end it in two minutes."""
-    with subprocess.Popen([*NIGHTJAR, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as proc:
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except BaseException:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +31,9 @@ def model_lake(tmp_path_factory) -> Path:
     generate_files(root / "train", seed=SEED, hosts=HOSTS, users=USERS, start=MONDAY, duration=TRAIN_H * 3600,
                    scenarios={})
     lake = root / "lake"
-    done = _nightjar(["ml", "train", "--lake", str(lake), "--generated", str(root / "train")], timeout=1500)
+    done = run_nightjar(["ml", "train", "--lake", str(lake), "--generated", str(root / "train")], timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
-    listed = _nightjar(["ml", "list", "--lake", str(lake)], timeout=120)
+    listed = run_nightjar(["ml", "list", "--lake", str(lake)], timeout=120)
     assert listed.returncode == 0 and "usable" in listed.stdout, listed.stdout + listed.stderr
     return lake
 
@@ -65,7 +43,7 @@ def model_lake(tmp_path_factory) -> Path:
 @pytest.mark.timeout(3600)  # a model fit and two live pipeline runs: many minutes on a busy 2-core machine
 def test_live_ml_runs_without_then_with_the_model_and_reports_every_figure(model_lake: Path, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    done = _nightjar(["bench", "pipeline", "--mode", "live-ml", "--model-from", str(model_lake), "--hosts", str(HOSTS),
+    done = run_nightjar(["bench", "pipeline", "--mode", "live-ml", "--model-from", str(model_lake), "--hosts", str(HOSTS),
                       "--seed", str(SEED), "--duration", str(DURATION_S), "--sample-seconds", "2", "--drain-timeout", "600",
                       "--json", str(out)], timeout=2400)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -120,6 +98,6 @@ def test_live_ml_without_a_model_lake_is_one_line_exit_2(tmp_path: Path) -> None
     for args, needle in ((["--mode", "live-ml"], "needs --model-from"),
                          (["--mode", "live-ml", "--model-from", str(tmp_path)], "no models under"),
                          (["--mode", "drained", "--model-from", str(tmp_path)], "live and live-ml only")):
-        done = _nightjar(["bench", "pipeline", *args], timeout=120)
+        done = run_nightjar(["bench", "pipeline", *args], timeout=120)
         assert done.returncode == 2, done.stderr
         assert needle in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -229,7 +229,7 @@ def test_event_ids_are_deterministic_and_distinct(rows, spark):
 
 
 def test_literal_prefix_is_what_every_match_starts_with():
-    from ingest.parsers.regex_forms import _literal_prefix
+    from ingest.parsers.regex_forms import literal_prefix as _literal_prefix
 
     assert _literal_prefix(r"Failed (?<m>\S+) for") == "Failed "
     assert _literal_prefix(r"errors? found") == "error"  # the optional "s" may be absent

@@ -6,11 +6,8 @@ A :class:`Pattern` is a Java regular expression whose captures are *named* group
 no regex and no conversion to a Java string), and the groups of the matching form are extracted with
 ``regexp_replace`` to the groups joined by a separator (Java replacement syntax ``${name}``) and ``split``; if a
 capture contains the separator, one ``regexp_extract`` per group instead, so the answer is the same either way.
-:func:`match_forms` also has a ``one_pass`` mode, in which each form's regex runs once per row: the
-``regexp_replace`` result starts with the separator exactly when the pattern matched, and is bound once to a
-lambda variable (``transform(array(r), v -> …)[0]``) before it is tested and split. It is off: measured, the
-lambdas (evaluated by Spark's interpreter, not generated code) cost more than the regex passes they save on short
-lines (docs/performance.md, "Fifth session").
+(A single regex pass per form, its ``regexp_replace`` bound to a lambda variable before the test and the split, was
+measured slower: Spark interprets lambdas instead of generating code; docs/performance.md, "Fifth session".)
 
 A :class:`MessageForm` is a pattern plus the ECS fields it yields. :func:`match_forms` tries forms in order
 (first match wins) and returns ``struct<form: int, g: array<string>>`` (the 1-based form number and the
@@ -79,16 +76,10 @@ class Pattern:
                         SEPARATOR)
         return F.when(F.size(parts) == len(self.groups), _nulls(parts)).otherwise(self.extract(text))
 
-    def marked(self, text: Column) -> Column:
-        """One regex pass: :data:`SEPARATOR` + the groups joined by it if the pattern matches ``text``, else
-        ``text`` unchanged (so, for a text without the separator, the result starts with it exactly on a match)."""
-        replacement = SEPARATOR + SEPARATOR.join("${" + g + "}" for g in self.groups)
-        return F.regexp_replace(text, self.anchored, replacement)
-
     @property
     def literal_prefix(self) -> str:
         """Text every match starts with ("" when the pattern does not start with a literal): a cheap gate."""
-        return _literal_prefix(self.regex)
+        return literal_prefix(self.regex)
 
 
 def _nulls(groups: Column) -> Column:
@@ -99,7 +90,7 @@ def _nulls(groups: Column) -> Column:
 _REGEX_META = frozenset("\\()[]{}?*+|.^$")
 
 
-def _literal_prefix(regex: str) -> str:
+def literal_prefix(regex: str) -> str:
     """The literal text every match of ``regex`` starts with (``"Failed (?<m>\\S+)"`` -> ``"Failed "``); "" when
     the pattern starts with a group, a class, an escape, a flag, or has an alternative at its top level."""
     if _has_top_level_alternative(regex):
@@ -218,70 +209,19 @@ class MessageForm:
         return self.pattern.name
 
 
-def match_forms(text: Column, forms: Sequence[MessageForm], first_id: int = 1, one_pass: bool = False) -> Column:
+def match_forms(text: Column, forms: Sequence[MessageForm], first_id: int = 1) -> Column:
     """``struct<form: int, g: array<string>>`` for the first form matching ``text`` (forms are numbered from
     ``first_id`` in order); null if none matches. A form whose pattern starts with literal text is tried only on
-    text starting with it. ``one_pass``: each form's regex runs once per row (see the module doc); off by default:
-    measured in one session (20,000 lines, old and new alternated) it cost the sshd lines' header and message
-    match +16 % to +50 % CPU while saving 13-20 % on the Windows lines' header (the nested lambdas are evaluated by
-    Spark's interpreter, not generated code), so every caller keeps ``rlike`` then the extraction."""
-    numbered = list(enumerate(forms, start=first_id))
-    if not one_pass:
-        return _match_slowly(text, numbered, extract=Pattern.split_groups)
-    return F.when(text.contains(SEPARATOR), _match_slowly(text, numbered)).otherwise(_match_once(text, numbered))
-
-
-def _match_once(text: Column, numbered: list[tuple[int, MessageForm]]) -> Column:
-    """The forms tried in order on a text without :data:`SEPARATOR`, one regex pass each: the marked result is
-    bound to a lambda variable, so the test for a match and the split read the same value. Later forms sit in
-    the ``ELSE`` branch of earlier ones and are evaluated only when those did not match. A form without groups
-    needs no split and is tested with ``rlike``."""
-    result: Column = F.lit(None).cast(_MATCH_TYPE)
-    for number, form in reversed(numbered):
-        pattern = form.pattern
-        prefix = pattern.literal_prefix
-        gate = text.startswith(prefix) if prefix else None
-        if not pattern.groups:
-            cond = pattern.matches(text) if gate is None else gate & pattern.matches(text)
-            result = F.when(cond, F.struct(F.lit(number).alias("form"),
-                                           F.array().cast("array<string>").alias("g"))).otherwise(result)
-            continue
-        marked = pattern.marked(text)
-        if gate is not None:
-            marked = F.when(gate, marked)  # null: not tried
-
-        result = F.transform(F.array(marked), _pick(number, len(pattern.groups), result))[0]
-    return result
-
-
-def _pick(number: int, size: int, rest: Column) -> Callable[[Column], Column]:
-    """The lambda for :func:`_match_once`: form ``number`` with its ``size`` groups if the marked value ``v``
-    shows a match, else ``rest`` (the later forms)."""
-    def pick(v: Column) -> Column:
-        groups = _nulls(F.slice(F.split(v, SEPARATOR), 2, size))
-        return F.when(v.startswith(SEPARATOR), F.struct(F.lit(number).alias("form"), groups.alias("g"))) \
-            .otherwise(rest)
-
-    return pick
-
-
-def _match_slowly(text: Column, numbered: list[tuple[int, MessageForm]],
-                  extract: Callable[[Pattern, Column], Column] | None = None) -> Column:
-    """``rlike`` per form (after its literal prefix), then ``extract`` (default: ``regexp_extract`` per group, the
-    path for a text containing :data:`SEPARATOR`, where a capture could contain it)."""
-    extract = extract or Pattern.extract
+    text starting with it."""
     result = None
-    for number, form in numbered:
+    for number, form in enumerate(forms, start=first_id):
         pattern = form.pattern
-        matched = F.struct(F.lit(number).alias("form"), extract(pattern, text).alias("g"))
+        matched = F.struct(F.lit(number).alias("form"), pattern.split_groups(text).alias("g"))
         cond = pattern.matches(text)
         if pattern.literal_prefix:
             cond = text.startswith(pattern.literal_prefix) & cond
         result = F.when(cond, matched) if result is None else result.when(cond, matched)
     return result
-
-
-_MATCH_TYPE = "struct<form: int, g: array<string>>"
 
 
 def form_fields(matched: Column, forms: Sequence[MessageForm]) -> Fields:

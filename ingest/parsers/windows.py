@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from ingest.parsers import values as V
 from ingest.parsers.field_map import Fields
+from ingest.parsers.regex_forms import literal_prefix
 
 PROGRAMS = ("evntslog", "mswineventlog", "eventlog", "nxlog", "winlogbeat", "snare", "evtsys",
             "microsoft-windows-security-auditing")
@@ -537,23 +538,8 @@ def _event_data(j: Column) -> Column:
     return F.map_filter(j, lambda k, _v: ~k.isin(*ENVELOPE_KEYS))
 
 
-_REGEX_META = set("\\()[]{}?*+|.^$")
-
-
 def _gated(entry: str | tuple[str, str]) -> tuple[str, str]:
-    return entry if isinstance(entry, tuple) else (_literal_prefix(entry), entry)
-
-
-def _literal_prefix(regex: str) -> str:
-    """The literal text every match of ``regex`` starts with (``"Subject ?: …"`` -> ``"Subject"``)."""
-    out = []
-    for ch in regex:
-        if ch in _REGEX_META:
-            if ch in "?*{" and out:
-                out.pop()
-            break
-        out.append(ch)
-    return "".join(out)
+    return entry if isinstance(entry, tuple) else (literal_prefix(entry), entry)
 
 
 def _hex_or_int(text: Column) -> Column:

@@ -1165,7 +1165,9 @@ def _latencies(messages: list[tuple[float, dict]], single_rules: set[str]) -> di
 
 
 def _is_ml(rule_id: str) -> bool:
-    return rule_id.startswith("ml.")
+    from alerts.ml.ml_scoring import RULES  # the ML rule ids the scoring query publishes under
+
+    return rule_id in RULES
 
 
 def _ml_query(progress: list[dict]) -> dict[str, Any]:
