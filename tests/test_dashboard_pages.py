@@ -444,11 +444,20 @@ def test_rule_lab_backtests_and_saves_a_new_rule_and_refuses_an_invalid_one(
     assert sorted(p.name for p in rules_dir.iterdir() if p.name.startswith(".")) == []  # no temporary file left
 
 
+def _volume_line(text: str) -> tuple[int, int] | None:
+    """(alerts, rules) from the Alerts page's volume caption, None while it is not shown."""
+    import re
+
+    m = re.search(r"Alert volume: ([0-9,]+) alert\(s\) from ([0-9]+) rule\(s\)", text)
+    return (int(m[1].replace(",", "")), int(m[2])) if m else None
+
+
 @pytest.mark.browser
 def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_rows(
         served: str, driver, pipeline_lake: Path) -> None:
     """Tick two rows, let a new alert arrive at the top of the queue (every row moves down one), then apply a bulk
-    acknowledge: exactly the two alerts ticked are acknowledged, not the rows now at those positions."""
+    acknowledge: exactly the two alerts ticked are acknowledged, not the rows now at those positions. The volume
+    charts above the queue follow the new alert too, without a reload."""
     import datetime as dt
 
     import pyarrow as pa
@@ -464,6 +473,8 @@ def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_ro
 
     ids = shown_ids()
     assert len(ids) >= 4 and ids[0] in " ".join(cells)
+    volume = _volume_line(_wait_for_text(driver, lambda t: _volume_line(t) is not None))
+    assert volume == (len(alert_queue(pipeline_lake)), alert_queue(pipeline_lake)["rule_id"].nunique())
     canvas = max(driver.find_elements("css selector", "canvas"), key=lambda c: c.size["height"])
     w, h = canvas.size["width"], canvas.size["height"]
     for i in (1, 3):  # the checkbox column; 35-px header and rows
@@ -480,6 +491,8 @@ def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_ro
     write_deltalake(str(pipeline_lake / "alerts"), newest, mode="append")
     _cells(driver, lambda cs: "f" * 32 in cs)  # the queue refreshed itself: the new alert is on top
     assert shown_ids()[0] == "f" * 32
+    # ... and so did the volume charts (they used to be drawn once per page load)
+    _wait_for_text(driver, lambda t: _volume_line(t) == (volume[0] + 1, volume[1]))
     _wait_for_text(driver, lambda t: "Bulk action on 2 selected alert(s)" in t)
 
     _set_analyst(driver, "bob")

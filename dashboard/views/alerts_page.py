@@ -89,6 +89,9 @@ def _volume_chart(f: AlertFilter) -> None:
     vol = alert_volume(lake(), f)
     if vol.empty:
         return
+    # The charts are canvases: this line says in text what they show (and lets a reader, or a test, see them move).
+    st.caption(f"Alert volume: {int(vol['alerts'].sum()):,} alert(s) from {vol['rule_id'].nunique()} rule(s), "
+               f"{vol['bucket'].min():%Y-%m-%d %H:00} to {vol['bucket'].max():%Y-%m-%d %H:00} UTC")
     c1, c2 = st.columns(2)
     by_sev = alt.Chart(vol).mark_bar().encode(
         x=alt.X("utcyearmonthdatehours(bucket):O", title="hour (UTC)"), y=alt.Y("sum(alerts):Q", title="alerts"),
@@ -183,7 +186,8 @@ def page() -> None:
         return
     f = _filters()
     group = qp_str("group", "none")
-    _volume_chart(f)
+    # Both live parts refresh themselves: a chart drawn once per page load went stale while the queue moved on.
+    st.fragment(run_every=REFRESH_S)(_volume_chart)(f)
 
     @st.fragment(run_every=REFRESH_S)
     def live() -> None:
