@@ -66,6 +66,7 @@ QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # as in enrich/auth_sessions.py: the 
 QUERIES = (QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS)
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
+AUX_START_CAP_S = 120.0  # the longest a live run defers a query that is off the alert path (auth_sessions)
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
 
 
@@ -253,6 +254,9 @@ class Managed:
     restart_at: float | None = None
     done: bool = False
     history: list[StreamingQuery] = field(default_factory=list)
+    # Started by the supervisor's poll once this is true (None: at once). For queries off the alert path, so that
+    # their cold first batches do not share the cores with the first batches that lead to an alert.
+    start_after: Callable[[], bool] | None = None
 
 
 class Supervisor:
@@ -313,9 +317,16 @@ class Supervisor:
         from alerts.detection_stream import events_stream
         from enrich.auth_sessions import start_auth_sessions
 
+        # A live run starts it once the events table holds a first micro-batch (there is nothing to join before),
+        # or after AUX_START_CAP_S: its cold first batches (planning, code generation, two state stores) then no
+        # longer compete with the ingest and windowed queries' first batches, which lead to the first alert.
+        # A drain starts it at once: it must read to the end before the run exits.
+        wait = None if self.trigger.available_now else _events_written_or_after(
+            self.settings.table_path(TABLE_EVENTS), time.monotonic() + AUX_START_CAP_S)
         self._add(Managed(QUERY_AUTH_SESSIONS, lambda: start_auth_sessions(
             self.spark, self.settings, self.trigger, events_stream(
-                self.spark, self.settings, self.ruleset.schema, self.settings.checkpoint(QUERY_AUTH_SESSIONS)))))
+                self.spark, self.settings, self.ruleset.schema, self.settings.checkpoint(QUERY_AUTH_SESSIONS))),
+            start_after=wait))
 
     def _sync_detection(self) -> None:
         """Start, restart or stop the detection queries so they match the current rules."""
@@ -359,6 +370,11 @@ class Supervisor:
 
     def _add(self, m: Managed) -> None:
         self.managed[m.name] = m
+        if m.start_after is not None and not m.start_after():
+            log.info("query %s: starts once the events table has a first micro-batch (at most %.0f s from now)",
+                     m.name, AUX_START_CAP_S)
+            return
+        m.start_after = None
         self._start(m)
 
     def _start(self, m: Managed) -> None:
@@ -384,7 +400,15 @@ class Supervisor:
         now = time.monotonic()
         self.flush_health_alerts()
         for m in list(self.managed.values()):
-            if m.done or m.query is None:
+            if m.start_after is not None:  # waiting for its first start
+                if m.start_after():
+                    m.start_after = None
+                    try:
+                        self._start(m)
+                    except Exception as exc:
+                        self._failed(m, summarize_query_error(str(exc)))
+                continue
+            if m.done or (m.query is None and m.restart_at is None):
                 continue
             if m.restart_at is not None:
                 if now >= m.restart_at:
@@ -551,6 +575,14 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
             except (Py4JError, OSError) as exc:  # the JVM's hook can still win the race between check and call
                 log.info("the JVM stopped while the pipeline finished (%s): nothing left to unregister",
                          type(exc).__name__)
+
+
+def _events_written_or_after(events: Path, deadline: float) -> Callable[[], bool]:
+    """True once the events table has a commit after its creation (version 1: a first micro-batch with events),
+    or from ``deadline`` (monotonic) on. Reads one file name, no Spark: it is asked every poll."""
+    log_dir = events / "_delta_log"
+    first, checkpointed = log_dir / f"{1:020d}.json", log_dir / "_last_checkpoint"  # (an old log's first commits
+    return lambda: time.monotonic() >= deadline or first.exists() or checkpointed.exists()  # may be cleaned up)
 
 
 def _jvm_alive(spark: SparkSession) -> bool:

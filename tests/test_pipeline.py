@@ -24,7 +24,15 @@ from core.config import (
 from core.errors import DataLossError
 from core.lake import is_delta_table, row_count, table_dataset
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, parse_interval, run_pipeline
+from nightjar import pipeline
+from nightjar.pipeline import (
+    QUERY_AUTH_SESSIONS,
+    QUERY_DETECT,
+    QUERY_INGEST,
+    Trigger,
+    parse_interval,
+    run_pipeline,
+)
 from tests.kafka_records import produce
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,15 +84,28 @@ def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, 
     assert row_count(settings.lake, TABLE_BRONZE) == 4000
 
 
+def _produce_lines(bootstrap: str, topic: str, lines: list[str]) -> set[bytes]:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for line in lines:
+        producer.produce(topic, value=line.encode())
+    assert producer.flush(30) == 0
+    return {line.encode() for line in lines}
+
+
+@pytest.mark.timeout(900)  # its own waits add up to 860 s on a loaded machine (26 s in a quiet CI run)
 def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_idle_batches(spark, own_broker,
-                                                                                              settings):
+                                                                                              settings, monkeypatch):
     """Idle micro-batches skip the table writes and rules (nightjar/pipeline.py): the run's first batch still creates
-    the tables, and records that arrive after several idle batches are written, each once, and detected."""
+    the tables, and records that arrive after several idle batches are written, each once, and detected. The
+    auth_sessions query, off the alert path, starts only once the events table has a first batch."""
     settings = settings.with_(bootstrap=own_broker.bootstrap, upkeep_interval_s=0)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
+    monkeypatch.setattr(pipeline, "AUX_START_CAP_S", 3600.0)  # its cap: not within this test's idle phase
     stop = threading.Event()
     run = threading.Thread(target=run_pipeline, args=(settings, Trigger(interval="200 milliseconds")),
-                           kwargs={"queries": [QUERY_INGEST, QUERY_DETECT], "stop_event": stop})
+                           kwargs={"queries": [QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS], "stop_event": stop})
     run.start()
     try:
         def ingest_batches() -> int:
@@ -99,19 +120,27 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
             time.sleep(0.5)
         for table in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE):
             assert is_delta_table(settings.table_path(table)) and row_count(settings.lake, table) == 0, table
+        auth_checkpoint = settings.checkpoint(QUERY_AUTH_SESSIONS)
+        assert not auth_checkpoint.exists(), "auth_sessions started before the events table had a batch"
         sent = produce(own_broker.bootstrap, TOPIC_RAW_SYSLOG, 300) | produce(own_broker.bootstrap, TOPIC_RAW_ZEEK, 200)
+        sent |= _produce_lines(own_broker.bootstrap, TOPIC_RAW_SYSLOG, [  # and some that parse: events
+            f"<38>Nov 25 04:00:0{i} bastion-01 sshd[12{i}]: Failed password for root from 203.0.113.{i + 1} port "
+            f"4242 ssh2" for i in range(5)])
         def parsed() -> int:  # events and quarantine are written after bronze, in the same batch
             return row_count(settings.lake, TABLE_EVENTS) + row_count(settings.lake, TABLE_QUARANTINE)
 
-        while parsed() < 500:
+        while parsed() < len(sent):
             assert run.is_alive() and time.monotonic() < deadline + 200, "records sent after idle batches not written"
+            time.sleep(0.5)
+        while not (auth_checkpoint / "metadata").exists():  # its start follows the events' first batch
+            assert run.is_alive() and time.monotonic() < deadline + 260, "auth_sessions never started"
             time.sleep(0.5)
     finally:
         stop.set()
         run.join(300)
     bronze = table_dataset(settings.lake, TABLE_BRONZE).to_table()
     assert sorted(bronze["value"].to_pylist()) == sorted(sent)
-    assert parsed() == 500
+    assert parsed() == len(sent) and row_count(settings.lake, TABLE_EVENTS) == 5
     progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
     ioc = max((p for p in progress if p["rule_id"] == "ioc_match"), key=lambda p: p["timestamp"])
     assert ioc["status"] == "running" and ioc["last_batch_at"] is not None  # idle batches count as batches run
