@@ -14,17 +14,11 @@ its old query checkpoint behind. A live run therefore starts :class:`Upkeep`, a 
 and removes the checkpoints of rule queries superseded by a newer version of the same rule (see
 :func:`stale_rule_checkpoints`).
 
-A second daemon thread gives the driver's free heap back to the OS every :data:`HEAP_TRIM_S` seconds
-(:func:`release_free_heap`): measured in the soak, the driver's RSS rose ~200 MiB/h while its Python heap stayed
-flat, because glibc malloc kept the pages of freed chunks (Py4J answers, collected rows, progress JSON, freed by
-many threads in several arenas) instead of returning them.
-
-Why a thread and not a step of the micro-batch: compaction and vacuum are separate Delta transactions, done by
-deltalake (Rust) outside Spark, so a micro-batch never waits for them. Appends and a compaction can race: Delta's
-optimistic concurrency then fails one of the two commits. A failed upkeep commit is harmless (logged, retried next
-round; its files are unreferenced and vacuumed later). A failed append fails its micro-batch, which the Supervisor
-replays, and the app-transaction check in ``ingest.delta_sink`` makes the replay exactly-once; the test
-``tests/test_upkeep.py`` runs upkeep rounds back to back during appends and counts every row once.
+A second daemon thread gives the driver's free heap pages back to the OS every :data:`HEAP_TRIM_S` seconds
+(:func:`release_free_heap`). Measured in the soak (docs/deployment.md, "Soak"): the driver's Python heap stays flat
+while glibc malloc's heap grows and keeps a third of it free; the trim returns the whole free pages of that (about
+35 MiB in the 2026-11-25 run) but not the free space fragmented between live chunks, so it lowers the driver's RSS
+without making it flat.
 """
 
 from __future__ import annotations
@@ -208,8 +202,8 @@ def release_free_heap() -> bool:
     glibc gives freed memory back on its own only from the top of a heap; the free chunks between live ones,
     in every thread's arena, keep their pages resident for ever. A long-running driver frees many medium blocks
     from many threads (Py4J answers, collected rows, progress JSON), so its RSS climbs while its live heap
-    does not. ``malloc_trim`` walks the arenas and releases those pages (``MADV_DONTNEED``): RSS then follows
-    the live heap. It costs milliseconds and moves no live memory.
+    does not. ``malloc_trim`` walks the arenas and releases the whole free pages (``MADV_DONTNEED``); free space
+    smaller than a page, between live chunks, stays. It costs milliseconds and moves no live memory.
     """
     libc = _glibc()
     return bool(libc.malloc_trim(0)) if libc is not None else False
@@ -251,6 +245,9 @@ class MemoryTrace:
     and its free part, Arrow's pool, gc objects) and, against the first report, the allocation sites and object
     types that grew most. Comparing the Python heap's growth with RSS's tells a Python leak from native memory
     (Arrow, deltalake) or allocator fragmentation. Off, it costs nothing: no thread, tracemalloc not started.
+    On, it costs much (measured in a soak at load 13): tracing every allocation, ~90 MiB of RSS for the baseline
+    snapshot and ~30 s of the GIL per report, and its own snapshots churn the heaps it measures; so RSS figures of
+    a traced run are not comparable with an untraced one's, only with another traced run's.
     """
 
     def __init__(self, every_s: float, frames: int = 6) -> None:
@@ -305,7 +302,8 @@ class MemoryTrace:
             self._first, self._first_types = snap, types
             return
         for stat in snap.compare_to(self._first, "traceback")[:TRACE_TOP]:
-            where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in stat.traceback)
+            # a Traceback lists the oldest frame first: print the allocating line first, then its callers
+            where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in reversed(stat.traceback))
             log.info("memtrace: %+.1f KiB %+d blocks at %s", stat.size_diff / 1024, stat.count_diff, where)
         grown = Counter({t: n - self._first_types.get(t, 0) for t, n in types.items()})
         log.info("memtrace: object types grown: %s",
