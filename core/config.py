@@ -66,6 +66,10 @@ ML_DOMAIN_MODEL = "domain"
 ML_MODELS: tuple[str, ...] = (ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL)
 # How late an event may arrive and still count in its entity-hour (the scoring query's watermark).
 DEFAULT_ML_WATERMARK = "10 minutes"
+# How often the scoring query runs a micro-batch when live (never more often than the pipeline's --trigger). The
+# models judge hour-long windows: a minute of delay costs their alerts nothing, while a 1-s trigger made the query
+# compete with ingest and the rules for the cores (docs/ml.md, "Cost in the live pipeline").
+DEFAULT_ML_TRIGGER = "60 seconds"
 
 # auth_sessions (enrich/auth_sessions.py): how late a login or a Zeek record may arrive (event time) and still be
 # joined; with the join's ±2 minutes this bounds how long either side is held in state.
@@ -91,6 +95,7 @@ ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
 # Rule files/directories (os.pathsep-separated): where the dashboard's rule lab saves rules; `nightjar run --rules`
 # names the directories the pipeline re-reads.
 ENV_RULES = "NIGHTJAR_RULES"
+ENV_ML_TRIGGER = "NIGHTJAR_ML_TRIGGER"  # the scoring query's live trigger, any core/durations.py spelling
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
@@ -164,6 +169,7 @@ class Settings:
     kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
     upkeep_interval_s: float = 600.0  # `nightjar run`'s background compaction/vacuum (nightjar/upkeep.py); 0: off
+    ml_trigger: str = DEFAULT_ML_TRIGGER  # Spark interval text; settings_from_env normalizes any duration spelling
 
     def __post_init__(self) -> None:
         # Whatever mapping was given, its repr must hide the credentials: Settings are logged and end up in tracebacks.
@@ -209,10 +215,28 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["spark_master"] = env[ENV_SPARK_MASTER]
     if env.get(ENV_RULES):
         values["rules"] = tuple(Path(p) for p in env[ENV_RULES].split(os.pathsep) if p)
+    if env.get(ENV_ML_TRIGGER):
+        values["ml_trigger"] = env[ENV_ML_TRIGGER]
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
             values[key] = Path(value) if key == "lake" else value
     # Absolute from here on: on a cluster the lake path travels to executors, whose working directory is not ours.
     values["lake"] = Path(values.get("lake", Settings.lake)).absolute()  # type: ignore[arg-type]
+    if "ml_trigger" in values:
+        values["ml_trigger"] = ml_trigger_interval(values["ml_trigger"])  # type: ignore[arg-type]
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def ml_trigger_interval(text: str | float) -> str:
+    """The ML scoring trigger (``30s``, ``1m``, ``2 minutes``, …) as Spark's interval text; UserError otherwise."""
+    from core.durations import parse_duration, spark_interval
+    from core.errors import UserError
+
+    try:
+        seconds = parse_duration(text, f"{ENV_ML_TRIGGER} (the ML scoring trigger)")
+    except ValueError as exc:
+        raise UserError(str(exc), exit_code=2) from None
+    if seconds <= 0:
+        raise UserError(f"{ENV_ML_TRIGGER} {text!r} must be longer than zero", exit_code=2)
+    return spark_interval(seconds)

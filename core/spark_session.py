@@ -19,6 +19,8 @@ from core.jvm_lookups import remember_jvm_lookups
 log = logging.getLogger(__name__)
 
 LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
+# FAIR scheduler pools: "default" for every query, "ml" (served only when "default" waits for nothing) for scoring.
+FAIR_POOLS_FILE = Path(__file__).parent / "resources" / "fairscheduler.xml"
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the import root of core, ingest, alerts, …
 # Spark's default (secret|password|token|access key) plus every word that marks a Kafka credential setting.
 REDACTION_REGEX = "(?i)" + "|".join(["access[.]?key", *(re.escape(w) for w in SECRET_SETTING_WORDS)])
@@ -59,6 +61,11 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         # The Python data source's latestOffset runs in a Python worker: keep workers alive.
         .config("spark.python.worker.reuse", "true")
+        # FAIR between pools, FIFO inside each: the ML scoring query's tasks (pool "ml") start only when no ingest or
+        # rule task waits for a core, so scoring does not delay the rule path (docs/ml.md, "Cost in the live
+        # pipeline"). The driver reads the file: the same on a standalone cluster.
+        .config("spark.scheduler.mode", "FAIR")
+        .config("spark.scheduler.allocation.file", FAIR_POOLS_FILE.as_uri())
         .config("spark.sql.streaming.metricsEnabled", "true")
         # The Kafka source's options carry librdkafka credentials (NIGHTJAR_KAFKA_*): Spark redacts option and
         # conf values whose key matches this in plans, logs, error messages and the UI.

@@ -268,3 +268,88 @@ def test_a_new_model_version_is_broadcast_once_and_a_refused_one_leaves_the_prev
     meta.write_text(json.dumps(m))
     bc3, versions = models.current()
     assert versions["behaviour"] == v2 and bc3 is bc2  # refused: the previous version keeps scoring
+
+
+# -- the scoring query's cost in the live pipeline (issue #15): its own trigger, the FAIR scheduler's "ml" pool --
+def test_the_ml_trigger_setting_one_duration_syntax_never_faster_than_the_pipeline():
+    from alerts.ml.ml_scoring import ml_interval
+    from core.config import DEFAULT_ML_TRIGGER, Settings, settings_from_env
+    from core.errors import UserError
+    from nightjar.pipeline import Trigger
+
+    assert settings_from_env(environ={}).ml_trigger == DEFAULT_ML_TRIGGER == "60 seconds"
+    assert settings_from_env(environ={"NIGHTJAR_ML_TRIGGER": "30s"}).ml_trigger == "30 seconds"
+    assert settings_from_env(environ={"NIGHTJAR_ML_TRIGGER": "2 minutes"}).ml_trigger == "120 seconds"
+    assert settings_from_env(environ={}, ml_trigger="1m").ml_trigger == "60 seconds"  # a CLI override
+    for bad in ("soon", "0", "-5s"):
+        with pytest.raises(UserError, match="NIGHTJAR_ML_TRIGGER") as err:
+            settings_from_env(environ={"NIGHTJAR_ML_TRIGGER": bad})
+        assert err.value.exit_code == 2
+    live = Trigger(interval="1 second")
+    assert ml_interval(Settings(), live) == "60 seconds"
+    assert ml_interval(Settings(ml_trigger="30 seconds"), live) == "30 seconds"
+    # a pipeline slower than the ML setting: scoring never runs more often than the rules
+    assert ml_interval(Settings(ml_trigger="30 seconds"), Trigger(interval="120 seconds")) == "120 seconds"
+    assert ml_interval(Settings(), Trigger(available_now=True)) is None
+
+
+def test_the_session_schedules_fair_with_a_low_priority_ml_pool(spark):
+    """The allocation file is loaded (not silently replaced by defaults): "default" always below its minShare, so
+    served first; "ml" never is."""
+    from alerts.ml.ml_scoring import SCHEDULER_POOL
+
+    sc = spark.sparkContext
+    assert sc.getConf().get("spark.scheduler.mode") == "FAIR"
+    pools = {name: sc._jsc.sc().getPoolForName(name) for name in ("default", SCHEDULER_POOL)}
+    assert all(p.isDefined() for p in pools.values())
+    default, ml = pools["default"].get(), pools[SCHEDULER_POOL].get()
+    assert str(default.schedulingMode()) == "FIFO" and str(ml.schedulingMode()) == "FIFO"
+    assert default.minShare() >= 1000 and ml.minShare() == 0 and ml.weight() < default.weight()
+
+
+def test_the_live_scoring_query_runs_on_its_own_trigger_in_the_ml_pool(spark, events, trained, broker, tmp_path,
+                                                                      caplog):
+    """A live (processing-time) ``ml`` query: the running query's trigger is the ML setting's, not the pipeline's
+    1 s; its micro-batches run in the "ml" pool; the starting thread is back in the default pool at once, so the
+    queries started after it (the rules) are not demoted."""
+    import logging
+    import time
+
+    from alerts.ml.ml_scoring import POOL_PROPERTY, start_ml_scoring
+    from core.config import Settings
+    from nightjar.pipeline import Trigger
+
+    settings = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "lake", shuffle_partitions=2,
+                        ml_trigger="45 seconds")
+    write_in_three_commits(events["eval"], settings.lake)
+    _save(settings.lake, "behaviour", trained["behaviour"])
+    caplog.set_level(logging.INFO, logger="alerts.ml.ml_scoring")
+    q = start_ml_scoring(spark, settings, Trigger(interval="1 second"))
+    try:
+        assert spark.sparkContext.getLocalProperty(POOL_PROPERTY) is None
+        assert str(q._jsq.streamingQuery().trigger()) == "ProcessingTimeTrigger(45000)"
+        deadline = time.monotonic() + 600  # a wait for the first micro-batch, not a speed assertion
+        while q.lastProgress is None and q.isActive and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert q.exception() is None, str(q._jsq.exception().get().getCause())[:2000]
+        assert q.lastProgress is not None and q.lastProgress["numInputRows"] > 0
+    finally:
+        q.stop()
+    assert "micro-batches run in scheduler pool 'ml' (FAIR mode)" in caplog.text
+
+
+def test_without_a_usable_model_the_scoring_query_still_runs_its_batches(spark, events, tmp_path):
+    """Every model refused (or none yet): nothing is scored, but each micro-batch still runs, so the features state
+    advances and Spark's check that a stateful foreachBatch committed its state stores passes (it used to fail the
+    query, which then restarted for ever)."""
+    from alerts.ml.ml_scoring import start_ml_scoring
+    from core.config import Settings
+    from nightjar.pipeline import Trigger
+
+    settings = Settings(lake=tmp_path / "lake", shuffle_partitions=2)
+    write_in_three_commits(events["eval"], settings.lake)
+    q = start_ml_scoring(spark, settings, Trigger(available_now=True))
+    q.awaitTermination(900)
+    assert q.exception() is None
+    assert sum(p["numInputRows"] for p in q.recentProgress) >= events["eval"].count()  # the whole table was read
+    assert q.lastProgress["stateOperators"][0]["numRowsTotal"] > 0  # the open entity-hours are held in state

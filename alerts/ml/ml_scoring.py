@@ -12,6 +12,10 @@ broadcast once per version (:class:`BroadcastModels`), never read from driver gl
 trained while the query runs is picked up at the next micro-batch, a refused one leaves the previous model
 scoring. Candidates go through the detection path every rule uses (:class:`~alerts.detection_stream.AlertFolder`:
 suppression, revisions, Kafka then Delta, exactly once per batch through the app id ``nightjar.ml``).
+
+The query must not delay the rule path (issue #15: scoring adds <= 20 % to the rule alerts' p50), so live it runs
+on its own slower trigger (:func:`ml_interval`, ``Settings.ml_trigger``) and its jobs go to the FAIR scheduler's
+low-priority pool ``ml`` (core/resources/fairscheduler.xml), served only when no ingest or rule task waits.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ log = logging.getLogger(__name__)
 
 QUERY_ML = "ml"
 APP_ID = f"nightjar.{QUERY_ML}"
+SCHEDULER_POOL = "ml"  # a pool of core/resources/fairscheduler.xml
+POOL_PROPERTY = "spark.scheduler.pool"
 BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.MODEL_FEATURES
 DOMAIN_FEATURES: tuple[str, ...] = domain_model.LEXICAL_FEATURES
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {ML_BEHAVIOUR_MODEL: BEHAVIOUR_FEATURES,
@@ -164,8 +170,23 @@ def models_available(settings: Settings) -> bool:
     return any(versions(settings.lake, name) for name in MODEL_FEATURES)
 
 
+def ml_interval(settings: Settings, trigger) -> str | None:
+    """The scoring query's processing-time interval: ``settings.ml_trigger``, but never shorter than the pipeline's
+    own trigger; ``None`` for an available-now run (the query drains like every other)."""
+    from core.durations import parse_duration
+
+    if trigger.available_now:
+        return None
+    return max((settings.ml_trigger, trigger.interval), key=parse_duration)
+
+
 def start_ml_scoring(spark, settings: Settings, trigger, health=None):
-    """The ``ml`` streaming query: events -> entity-hour features (watermarked) -> scored -> alerts."""
+    """The ``ml`` streaming query: events -> entity-hour features (watermarked) -> scored -> alerts.
+
+    Started with the driver thread's scheduler pool set to :data:`SCHEDULER_POOL`: the query's thread copies the
+    starting thread's local properties when it is created, so every job of its micro-batches runs in that pool; the
+    property is reset at once so that queries started later from this thread stay in the default pool.
+    """
     from pyspark.sql import functions as F
 
     from alerts.detection_input import detection_input, events_schema
@@ -181,10 +202,21 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
     if health is not None:
         health.track(rule_ids, QUERY_ML)
 
+    pool_checked = []
+
     def write(df, batch_id: int) -> None:
+        if not pool_checked:  # once per start: say where the batches run (and warn when not in the ml pool)
+            pool_checked.append(pool := spark.sparkContext.getLocalProperty(POOL_PROPERTY))
+            (log.info if pool == SCHEDULER_POOL else log.warning)(
+                "%s query: micro-batches run in scheduler pool %r (%s mode)", QUERY_ML, pool,
+                spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"))
         bc, _versions = models.current()
         if bc is None:
-            return  # no usable model yet: nothing to score (the features state still advances)
+            # No usable model (all refused): nothing to score, but the batch is still run so that the features'
+            # state advances and its stores commit; Spark fails a stateful foreachBatch that skips its input
+            # (STATE_STORE_COMMIT_VALIDATION_FAILED), and the query would restart for ever.
+            df.write.format("noop").mode("overwrite").save()
+            return
         batch = df.persist()
         try:
             cands = score_batch(batch.drop(BATCH_TS), bc)
@@ -203,7 +235,15 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
     feats = entity_features(events, time_col=EVENT_TIME_COLUMN).withColumn(BATCH_TS, F.current_timestamp())
     writer = (feats.writeStream.queryName(QUERY_ML).outputMode("update").foreachBatch(short_batch_errors(write))
               .option("checkpointLocation", str(settings.checkpoint(QUERY_ML))))
-    query = trigger.apply(writer).start()
-    log.info("started query %s: models %s", QUERY_ML, ", ".join(MODEL_FEATURES))
+    interval = ml_interval(settings, trigger)
+    writer = writer.trigger(availableNow=True) if interval is None else writer.trigger(processingTime=interval)
+    sc = spark.sparkContext
+    sc.setLocalProperty(POOL_PROPERTY, SCHEDULER_POOL)
+    try:
+        query = writer.start()
+    finally:
+        sc.setLocalProperty(POOL_PROPERTY, None)  # type: ignore[arg-type]  # None removes it: back to "default"
+    log.info("started query %s (trigger %s, scheduler pool %s): models %s", QUERY_ML, interval or "available-now",
+             SCHEDULER_POOL, ", ".join(MODEL_FEATURES))
     return query
 
