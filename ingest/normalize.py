@@ -155,13 +155,24 @@ def _decode(bronze: _Plan) -> _Plan:
         .when(F.col("_size") > max_bytes,
               F.format_string("oversized record: %d bytes, the limit is %d", F.col("_size"), max_bytes))
         .when(F.col("_line").isNull(), F.lit("invalid UTF-8"))
-        .when(F.col("_line").rlike(r"^\s*\z"), F.lit("empty record (blank line)"))
+        .when(_ltrim_space(F.col("_line")) == F.lit(""), F.lit("empty record (blank line)"))
     )
     fmt = F.col("_p_fmt")
+    content = _ltrim_space(F.col("_line"))
     kind = (F.when(fmt == F.lit("zeek"), F.lit("zeek")).when(fmt == F.lit("syslog"), F.lit("syslog"))
-            .when(F.col("_line").rlike(r"^\s*[{\[]"), F.lit("zeek")).otherwise(F.lit("syslog")))
+            .when(content.startswith("{") | content.startswith("["), F.lit("zeek")).otherwise(F.lit("syslog")))
     return (df.withColumn("_decode_error", decode_error)
               .withColumn("_kind", F.when(F.col("_decode_error").isNull(), kind)))
+
+
+# Java's regex \s: what a blank line may consist of and what may precede a JSON record.
+_REGEX_SPACE = " \t\n\x0b\f\r"
+
+
+def _ltrim_space(text: Column) -> Column:
+    """``text`` without leading regex ``\\s`` characters: the same tests as ``rlike("^\\s*…")`` without running a
+    regular expression (and converting the whole line to a Java string) on every record."""
+    return F.ltrim(text, F.lit(_REGEX_SPACE))
 
 
 def event_id(topic: Column, partition: Column, offset: Column, source_file: Column | None = None) -> Column:

@@ -454,11 +454,13 @@ def add_match(df, sys: Column, j: Column):
     )))
     pre = F.col("_wpre")
     title = pre.getField("title")
+    given_id = pre.getField("given_id")
     df = df.withColumn("_win", F.when(pre.isNotNull(), F.struct(
-        F.coalesce(pre.getField("given_id"), _lookup([t.event_id for t in TITLES], title)).alias("code"),
+        F.coalesce(given_id, _lookup([t.event_id for t in TITLES], title)).alias("code"),
         F.coalesce(pre.getField("given_channel"), _lookup([t.channel for t in TITLES], title)).alias("channel"),
         F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)).alias("provider"),
         pre.getField("cut").alias("cut"),
+        _slot_mask(given_id, title).alias("slots"),
     )))
     w = F.col("_win")
     cut = w.getField("cut")
@@ -466,10 +468,12 @@ def add_match(df, sys: Column, j: Column):
     def json_value(name: str) -> Column:
         return F.try_element_at(j, F.lit(name))
 
-    code = w.getField("code")
+    slot_mask = w.getField("slots")
 
     def wanted(names) -> Column:
-        return code.isin(*sorted({c for n in names for c in SLOT_CODES[n]})) | code.isNull()
+        # Same as code.isin(<the codes of these slots>) | code.isNull(), as one bit test instead of up to 30
+        # string comparisons per slot entry (a row tests ~100 entries).
+        return (slot_mask.bitwiseAND(F.lit(_slot_bits(names))) != F.lit(0))
 
     # Each section regex runs once (materialized in _ws), only when its start is in the text and the event has
     # one of its slots; text containing the group separator keeps the per-slot regexes (same values).
@@ -501,6 +505,38 @@ def add_match(df, sys: Column, j: Column):
 
     slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), from_text(n))).alias(n) for n in SLOTS])
     return df.withColumn("_wd", F.when(w.isNotNull(), slots))
+
+
+_SLOT_BIT = {name: 1 << i for i, name in enumerate(SLOT_CODES)}  # 41 slots: one bigint holds them all
+assert len(_SLOT_BIT) < 63
+_ALL_SLOTS = -1  # an unknown event id: every slot is read
+
+
+def _slot_bits(names) -> int:
+    """The mask bits of the slots ``names``."""
+    bits = 0
+    for name in names:
+        bits |= _SLOT_BIT[name]
+    return bits
+
+
+def _code_mask(code: str) -> int:
+    """Bits of the slots event ``code``'s rendered text has (:data:`SLOT_CODES`)."""
+    return _slot_bits(n for n, codes in SLOT_CODES.items() if code in codes)
+
+
+def _slot_mask(given_id: Column, title: Column) -> Column:
+    """The slots to read for a row (bigint, a bit per :data:`SLOT_CODES` entry), from the event id the row's
+    ``code`` is made of: the given id (JSON / structured data) if any, else the title's id; every slot when there
+    is neither (``code`` null). A title's mask is a constant array lookup; a given id is looked up once per row."""
+    codes = sorted({c for cs in SLOT_CODES.values() for c in cs})
+    by_code = F.try_element_at(F.array(*[F.lit(_code_mask(c)) for c in codes]),
+                               F.nullif(F.array_position(F.array(*[F.lit(c) for c in codes]), given_id).cast("int"),
+                                       F.lit(0)))
+    by_title = _lookup([_code_mask(t.event_id) for t in TITLES], title, "bigint")
+    return (F.when(given_id.isNotNull(), F.coalesce(by_code, F.lit(0)))
+            .when(title.isNotNull() & (title != F.lit(0)), by_title)
+            .otherwise(F.lit(_ALL_SLOTS)))
 
 
 def _entry_column(slot: str, index: int) -> str:
@@ -625,12 +661,15 @@ def fields(j: Column) -> Fields:
             return F.when(subject_is_target, F.lit("Target" + n[len("Subject"):])).otherwise(F.lit(n))
         return F.lit(n)
 
-    text_data = F.map_from_entries(F.filter(
-        F.array(*[F.struct(data_key(n).alias("k"), s(n).alias("v")) for n in data_names]),
-        lambda e: e["v"].isNotNull()))
+    # The slots that have a value, in SLOTS order: concatenated one-element arrays, not filter() over an array of
+    # structs (a higher-order function is interpreted, and its result was built twice: once for the size test).
+    no_strings = F.array().cast("array<string>")
+    text_data = F.map_from_arrays(
+        F.concat(*[F.when(s(n).isNotNull(), F.array(data_key(n))).otherwise(no_strings) for n in data_names]),
+        F.concat(*[F.when(s(n).isNotNull(), F.array(s(n))).otherwise(no_strings) for n in data_names]))
     json_data = _event_data(j)
-    event_data = F.when(j.isNotNull(), json_data).otherwise(text_data)
-    event_data = F.when(F.size(event_data) > 0, event_data)
+    event_data = (F.when(j.isNotNull(), F.when(F.size(json_data) > 0, json_data))
+                  .when(F.coalesce(*[s(n) for n in data_names]).isNotNull(), text_data))
     service = F.coalesce(s("param1"), s("ServiceName"))
     return {
         "event.kind": F.when(present, F.lit("event")),
