@@ -425,7 +425,7 @@ def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: P
 def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,
                    output_mode: str = "update") -> StreamingQuery:
     """One streaming query for every windowed rule of ``output_mode`` (see the module doc)."""
-    from alerts.window_aggregator import aggregate
+    from alerts.window_aggregator import RULE, aggregate
     from ingest.normalize import EVENT_TIME_COLUMN
 
     name = QUERY_WINDOWED if output_mode == "update" else QUERY_WINDOWED_APPEND
@@ -438,9 +438,11 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     def write(df: DataFrame, batch_id: int) -> None:
         batch = df.persist()
         try:
-            # A batch that only advanced the watermark (or none) updates no window: the state work is done by the
-            # count, and the rules' finish plans (one per rule, unioned) need not be planned and run over nothing.
-            rows = _finish_all(batch, specs, by_key, ruleset, name) if batch.count() else []
+            # Only the rules with updated windows in this batch run their finish (one plan per rule, unioned): a
+            # small live batch touches a few of the windowed rules, and a batch that only advanced the watermark
+            # none. Finish is row-wise, so a rule without rows has no candidates. The distinct does the state work.
+            present = {r[0] for r in batch.select(RULE).distinct().collect()}
+            rows = _finish_all(batch, [s for s in specs if s.key in present], by_key, ruleset, name)
             at = batch_time(batch) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
         finally:
             batch.unpersist()
