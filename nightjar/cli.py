@@ -109,9 +109,9 @@ def _main(argv: Sequence[str]) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
-    settings = settings_from_env(bootstrap=args.bootstrap, lake=args.lake)
     module = importlib.import_module(args._module)
     try:
+        settings = settings_from_env(bootstrap=args.bootstrap, lake=args.lake)  # a bad NIGHTJAR_* value: one line
         return int(module.run(args, settings) or 0)
     except UserError as exc:
         print(f"nightjar {args.command}: error: {exc}", file=sys.stderr)

@@ -291,6 +291,16 @@ def test_the_ml_trigger_setting_one_duration_syntax_never_faster_than_the_pipeli
     # a pipeline slower than the ML setting: scoring never runs more often than the rules
     assert ml_interval(Settings(ml_trigger="30 seconds"), Trigger(interval="120 seconds")) == "120 seconds"
     assert ml_interval(Settings(), Trigger(available_now=True)) is None
+    # ... and from the command line: one line naming the variable, exit 2, no traceback
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "nightjar.cli", "tables", "--lake", "/nonexistent-nightjar-lake"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NIGHTJAR_ML_TRIGGER": "soon"}, cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().startswith("nightjar tables: error: NIGHTJAR_ML_TRIGGER"), out.stderr
 
 
 def test_the_session_schedules_fair_with_a_low_priority_ml_pool(spark):
