@@ -14,6 +14,13 @@ its old query checkpoint behind. A live run therefore starts :class:`Upkeep`, a 
 and removes the checkpoints of rule queries superseded by a newer version of the same rule (see
 :func:`stale_rule_checkpoints`).
 
+Why a thread and not a step of the micro-batch: compaction and vacuum are separate Delta transactions, done by
+deltalake (Rust) outside Spark, so a micro-batch never waits for them. Appends and a compaction can race: Delta's
+optimistic concurrency then fails one of the two commits. A failed upkeep commit is harmless (logged, retried next
+round; its files are unreferenced and vacuumed later). A failed append fails its micro-batch, which the Supervisor
+replays, and the app-transaction check in ``ingest.delta_sink`` makes the replay exactly-once; the test
+``tests/test_upkeep.py`` runs upkeep rounds back to back during appends and counts every row once.
+
 A second daemon thread gives the driver's free heap pages back to the OS every :data:`HEAP_TRIM_S` seconds
 (:func:`release_free_heap`). Measured in the soak (docs/deployment.md, "Soak"): the driver's Python heap stays flat
 while glibc malloc's heap grows and keeps a third of it free; the trim returns the whole free pages of that (about
@@ -223,17 +230,21 @@ def _rss_parts() -> dict[str, int]:
     return out
 
 
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2``."""
+
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
 def _glibc_heap() -> tuple[int, int] | None:
     """(bytes glibc malloc holds from the OS, bytes of it free) via ``mallinfo2``: a large free share is
     fragmentation, not a leak. None where glibc (2.33+) is not the allocator."""
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
     libc = _glibc()
     if libc is None:
         return None
     fn = libc.mallinfo2
-    fn.restype = MallInfo2
+    fn.restype = _MallInfo2
     m = fn()
     return m.arena + m.hblkhd, m.fordblks
 
