@@ -32,7 +32,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -404,22 +404,27 @@ class SingleEventDetector:
 
 
 # -- windowed rules: one query ------------------------------------------------------------------------------------
-def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: Path | None = None) -> DataFrame:
+def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: Path | None = None,
+                  columns: Sequence[str] | None = None) -> DataFrame:
     """The ``events`` table as a stream (created empty first, so its schema is known before the first batch).
 
     ``checkpoint``: the checkpoint of the query that reads it. The source keeps its initial offset there, so a
     crash in the query's first batch followed by new commits neither loses nor repeats events (#13/#16);
-    without it (tests, one-off reads) that case is unsafe."""
+    without it (tests, one-off reads) that case is unsafe.
+    ``columns``: read only these (dotted paths, e.g. ``"source.ip"``) of ``schema``: a query that needs a few
+    dozen of the table's ~430 leaves then reads and converts only those."""
     from pyspark.sql.types import StructType
 
     from ingest.delta_sink import arrow_schema, ensure_table
-    from ingest.delta_source import initial_offset_file, read_delta_stream
+    from ingest.delta_source import initial_offset_file, pruned_schema, read_delta_stream
     from ingest.normalize import EVENT_TIME_COLUMN
 
     path = settings.table_path(TABLE_EVENTS)
-    ensure_table(path, arrow_schema(StructType([f for f in schema.fields if f.name != EVENT_TIME_COLUMN])))
+    stored = StructType([f for f in schema.fields if f.name != EVENT_TIME_COLUMN])
+    ensure_table(path, arrow_schema(stored))
     keep = initial_offset_file(checkpoint, TABLE_EVENTS) if checkpoint is not None else None
-    return read_delta_stream(spark, path, initial_offset_file=keep)
+    read = pruned_schema(stored, columns) if columns is not None else None
+    return read_delta_stream(spark, path, initial_offset_file=keep, schema=read)
 
 
 def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,

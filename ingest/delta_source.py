@@ -63,7 +63,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -721,12 +721,86 @@ def read_file(options: DeltaSourceOptions, file: DataFile, target: pa.Schema) ->
             "vacuum retention longer than a query may fall behind"
         ) from exc
     partition_values = dict(file.partition_values)
-    present = set(parquet.schema_arrow.names)
-    columns = [f.name for f in target if f.name in present and f.name not in partition_values]
+    columns = parquet_columns(target, parquet.schema_arrow, set(partition_values))
     with parquet:
         for batch in parquet.iter_batches(batch_size=options.read_batch_rows, columns=columns):
             if batch.num_rows:
                 yield conform(batch, target, partition_values)
+
+
+def parquet_columns(target: pa.Schema, stored: pa.Schema, skip: set[str] = frozenset()) -> list[str]:
+    """The Parquet columns to read for ``target``: whole top-level columns, or only the nested leaves ``target``
+    keeps of a struct (``"event.dataset"``) when it is narrower than the file's.
+
+    A reader that asks for a pruned schema (e.g. the ML query: 25 of the events table's ~430 leaves) then decodes
+    only those leaves; the file's other leaves are never read. Columns or leaves the file lacks are left to
+    :func:`conform` (null)."""
+    out: list[str] = []
+    for field in target:
+        if field.name in skip or field.name not in stored.names:
+            continue
+        have = stored.field(field.name).type
+        if pa.types.is_struct(field.type) and pa.types.is_struct(have) and not field.type.equals(have):
+            out.extend(_leaves(field.type, have, field.name))
+        else:
+            out.append(field.name)
+    return out
+
+
+def _leaves(want: pa.StructType, have: pa.StructType, prefix: str) -> list[str]:
+    out: list[str] = []
+    for child in want:
+        index = have.get_field_index(child.name)
+        if index < 0:
+            continue
+        got = have.field(index).type
+        path = f"{prefix}.{child.name}"
+        if pa.types.is_struct(child.type) and pa.types.is_struct(got) and not child.type.equals(got):
+            out.extend(_leaves(child.type, got, path))
+        else:
+            out.append(path)
+    if not out and have.num_fields:
+        # None of the wanted fields is in this (older) file: read one leaf anyway, so that the struct is null
+        # exactly where the file's struct is null, as a full read gives it; conform's cast then drops that leaf.
+        out = [f"{prefix}.{have.field(0).name}"]
+    return out
+
+
+def pruned_schema(schema: StructType, paths: Iterable[str]) -> StructType:
+    """``schema`` keeping only the fields named by dotted ``paths`` (``"source.ip"``, ``"event"`` for a whole
+    struct), in the schema's own order. Raises ``ValueError`` naming a path the schema lacks."""
+    from pyspark.sql.types import StructField
+
+    tree: dict[str, Any] = {}  # name -> True (the whole field) or a subtree of the fields kept
+    for path in paths:
+        *parents, last = path.split(".")
+        node = tree
+        for part in parents:
+            child = node.setdefault(part, {})
+            if child is True:  # the whole struct is already kept
+                break
+            node = child
+        else:
+            node[last] = True
+
+    def prune(struct: StructType, wanted: dict[str, Any], where: str) -> StructType:
+        names = {f.name for f in struct.fields}
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            raise ValueError(f"nightjar_delta: column {where}{missing[0]} is not in the table's schema")
+        fields = []
+        for f in struct.fields:
+            sub = wanted.get(f.name)
+            if sub is True:
+                fields.append(f)
+            elif sub is not None:
+                if not isinstance(f.dataType, StructType):
+                    raise ValueError(f"nightjar_delta: column {where}{f.name} is not a struct, it has no fields")
+                fields.append(StructField(f.name, prune(f.dataType, sub, f"{where}{f.name}."), f.nullable,
+                                          f.metadata))
+        return StructType(fields)
+
+    return prune(schema, tree, "")
 
 
 def conform(batch: pa.RecordBatch, target: pa.Schema, partition_values: dict[str, Any]) -> pa.RecordBatch:
@@ -810,14 +884,18 @@ class DeltaDataSource(DataSource):
 
 
 def read_delta_stream(spark, path: str | Path, starting_version: str = "earliest",
-                      initial_offset_file: str | Path | None = None):
+                      initial_offset_file: str | Path | None = None, schema: StructType | None = None):
     """The append-only Delta table at ``path`` as a streaming DataFrame (registers the source first).
 
     ``initial_offset_file``: where the query's initial offset is kept (see the module docstring); give a path
-    inside the query's checkpoint so a crash in its first batch cannot lose or repeat rows."""
+    inside the query's checkpoint so a crash in its first batch cannot lose or repeat rows.
+    ``schema``: the columns to read (default: the table's schema); a :func:`pruned_schema` of the table's makes the
+    source read only those Parquet leaves."""
     spark.dataSource.register(DeltaDataSource)
-    reader = (spark.readStream.format(SOURCE_NAME).option("path", str(path))
-              .option("startingVersion", starting_version))
+    reader = spark.readStream.format(SOURCE_NAME)
+    if schema is not None:
+        reader = reader.schema(schema)
+    reader = reader.option("path", str(path)).option("startingVersion", starting_version)
     if initial_offset_file is not None:
         reader = reader.option("initialOffsetFile", str(initial_offset_file))
     return reader.load()

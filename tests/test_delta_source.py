@@ -38,6 +38,8 @@ from ingest.delta_source import (
     _parse_partition_value,
     commit_order,
     initial_offset_file,
+    parquet_columns,
+    pruned_schema,
     read_snapshot,
 )
 
@@ -229,6 +231,41 @@ def test_nested_structs_arrays_maps_and_timestamps_round_trip_across_schema_evol
         assert (mine["@timestamp"], mine["event"], mine["tags"], mine["labels"], mine["related"]) == \
             (theirs["@timestamp"], theirs["event"], theirs["tags"], theirs["labels"], theirs["related"])
         assert mine["source"]["ip"] == theirs["source"]["ip"]
+
+
+def test_a_pruned_schema_reads_only_its_leaves_with_the_same_values_across_schema_evolution(spark, tmp_path):
+    """The ML query reads ~20 of the events table's ~430 leaves: the source then asks Parquet for those leaves only,
+    and the values are the full read's (older files' missing fields null)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table = tmp_path / "events"
+    write_batch(spark.createDataFrame(_ecs_rows(0, 40, v2=False), ECS_V1), table, "test.ecs", 0)
+    write_batch(spark.createDataFrame(_ecs_rows(40, 40, v2=True), ECS_V2), table, "test.ecs", 1)
+    paths = ["@timestamp", "event.dataset", "source.port", "related", "related.hosts"]
+    narrow = pruned_schema(ECS_V2, paths)
+    assert narrow.simpleString() == ("struct<@timestamp:timestamp,event:struct<dataset:string>,"
+                                     "source:struct<port:int>,related:" + ECS_V2["related"].dataType.simpleString()
+                                     + ">")
+    # the Parquet columns asked for: leaves of the narrowed structs, whole columns otherwise, none the file lacks
+    stored_v1 = to_arrow_schema(ECS_V1, timezone="UTC")
+    target = to_arrow_schema(narrow, timezone="UTC")
+    # (version 1 files have no source.port: one leaf of source is read so the struct is null where the file's is)
+    assert parquet_columns(target, stored_v1) == ["@timestamp", "event.dataset", "source.ip", "related"]
+    assert parquet_columns(target, to_arrow_schema(ECS_V2, timezone="UTC")) == ["@timestamp", "event.dataset", "source.port",
+                                                                "related"]
+
+    pruned, _ = _drain(_stream(spark, table, narrow), tmp_path / "cp1")
+    full, _ = _drain(_stream(spark, table), tmp_path / "cp2")
+
+    def view(r: Row):
+        return r["@timestamp"], r["event"]["dataset"], r["source"]["port"] if r["source"] else None, r["related"]
+
+    assert sorted(map(view, pruned), key=str) == sorted(map(view, full), key=str)
+    assert len(pruned) == 80 and sum(r["source"]["port"] is None for r in pruned) == 40  # structs not null
+    assert all(r["event"]["dataset"] == "system.auth" for r in pruned)
+    for bad, problem in ((["event.nope"], "column event.nope is not in"), (["tags.x"], "column tags is not a struct")):
+        with pytest.raises(ValueError, match=problem):
+            pruned_schema(ECS_V2, bad)
 
 
 def test_a_partitioned_table_gets_its_partition_values(spark, tmp_path):

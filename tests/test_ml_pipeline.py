@@ -109,22 +109,26 @@ def test_batch_and_stream_give_the_same_features_and_the_same_ml_alerts(spark, e
     Commit by commit, as production writes them. (A stream that *starts* on a table of several commits used to read
     its snapshot by file path, so a later commit could push the watermark past earlier ones: 8 of 57 entity-hours
     lost here once. The source now reads a snapshot in commit order; tests/test_delta_source.py covers that case,
-    docs/ml.md "Parity".)"""
+    docs/ml.md "Parity".)
+
+    The stream reads only the features' INPUT_COLUMNS, as the scoring query does, and the batch the whole table: a
+    column the features use but the list lacks fails the stream's analysis, a leaf read wrongly changes a feature."""
     from alerts.backtest import read_events
-    from alerts.detection_input import detection_input
+    from alerts.detection_input import detection_input, events_schema
+    from alerts.detection_stream import events_stream
+    from alerts.ml.features import INPUT_COLUMNS
     from alerts.ml.ml_command import score_window
-    from core.config import DEFAULT_ML_WATERMARK
+    from core.config import DEFAULT_ML_WATERMARK, Settings
     from ingest.delta_sink import write_batch
-    from ingest.delta_source import SOURCE_NAME, read_delta_stream
     from ingest.normalize import EVENT_TIME_COLUMN
 
     lake = tmp_path / "lake"
     seen: list[pd.DataFrame] = []
     for i, part in enumerate(time_ordered_thirds(events["eval"])):
         write_batch(part.coalesce(1), lake / "events", "test.events", i)
-        read_delta_stream(spark, lake / "events")  # registers the source
-        stream = detection_input(spark.readStream.format(SOURCE_NAME).option("path", str(lake / "events")).load())
-        stream = stream.withWatermark(EVENT_TIME_COLUMN, DEFAULT_ML_WATERMARK)  # the scoring query's
+        stream = events_stream(spark, Settings(lake=lake), events_schema(spark), columns=INPUT_COLUMNS)
+        assert len(stream.columns) < 12  # pruned: not the table's ~30 top-level columns
+        stream = detection_input(stream).withWatermark(EVENT_TIME_COLUMN, DEFAULT_ML_WATERMARK)  # the query's
         q = (entity_features(stream, time_col=EVENT_TIME_COLUMN).writeStream.outputMode("update")
              .foreachBatch(lambda df, _id: seen.append(df.toPandas()))
              .option("checkpointLocation", str(tmp_path / "ckpt"))

@@ -41,6 +41,14 @@ COUNT_FEATURES: tuple[str, ...] = (
     "admin_port_peers", "logins_failed", "logins_ok", "night_logins", "sudo", "login_hour_max",
 )
 SET_FEATURES: tuple[str, ...] = ("peers", "countries", "login_machines", "login_hosts", "domains")
+# Every events column the features read (dotted ECS paths), plus what detection_input needs (the times): the
+# scoring query reads only these of the table's ~430 leaves. A test runs entity_features over exactly these.
+INPUT_COLUMNS: tuple[str, ...] = (
+    "@timestamp", "event.ingested", "event.id", "event.dataset", "event.action", "event.outcome",
+    "network.direction", "source.ip", "source.bytes", "destination.ip", "destination.port", "destination.bytes",
+    "destination.geo.country_iso_code", "dns.question.name", "host.name", "host.hostname", "host.ip", "host.mac",
+    "user.name", "process.name",
+)
 KEY_COLUMNS: tuple[str, ...] = ("entity_type", "entity", "window_start", "window_end")
 FEATURE_COLUMNS: tuple[str, ...] = (*KEY_COLUMNS, *COUNT_FEATURES, *SET_FEATURES, "first_seen", "last_seen",
                                     "evidence")
