@@ -429,8 +429,11 @@ def _title_index(text: Column) -> Column:
 def add_match(df, sys: Column, j: Column):
     """Internal columns of Windows rows (null for other rows), each step materialized so that no regular
     expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (event id, channel,
-    provider, the text cut before Windows' explanations), ``_wt`` (the EventData slots read from the text,
-    only where the JSON lacks them) and ``_wd`` (the slots, JSON first; "-" and blanks are null)."""
+    provider) with ``_wcut`` (the text cut before Windows' explanations), ``_wslots`` and ``_wplain``,
+    ``_ws_<section>`` (a section's groups), ``_wt_<slot>_<k>`` (each label regex's raw value, only where the JSON
+    lacks the slot) and ``_wd_<slot>`` (the slots, JSON first; "-" and blanks are null). These are top-level
+    columns, not fields of a struct: Spark reads a struct field through a new row object each time, and the slots
+    are read hundreds of times per Windows row."""
     body = sys.getField("body")
     win = is_windows(sys.getField("program_lc"), j)
     # JSON with an id and EventData needs no text: the rendered message is read only when the JSON lacks them.
@@ -455,33 +458,38 @@ def add_match(df, sys: Column, j: Column):
     pre = F.col("_wpre")
     title = pre.getField("title")
     given_id = pre.getField("given_id")
-    df = df.withColumn("_win", F.when(pre.isNotNull(), F.struct(
+    present = pre.isNotNull()
+    # Flat columns, not struct fields: a struct field is read through a new row object per read (getStruct), and
+    # the text, mask and slots below are read ~300 times per Windows row.
+    df = df.select("*", F.when(present, F.struct(
         F.coalesce(given_id, _lookup([t.event_id for t in TITLES], title)).alias("code"),
         F.coalesce(pre.getField("given_channel"), _lookup([t.channel for t in TITLES], title)).alias("channel"),
         F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)).alias("provider"),
-        pre.getField("cut").alias("cut"),
-        _slot_mask(given_id, title).alias("slots"),
-    )))
+    )).alias("_win"),
+        pre.getField("cut").alias("_wcut"),
+        F.when(present, _slot_mask(given_id, title)).alias("_wslots"),
+        # Text containing the group separator keeps the per-slot regexes (same values); tested once per row.
+        (present & ~pre.getField("cut").contains(_GROUP_SEP)).alias("_wplain"))
     w = F.col("_win")
-    cut = w.getField("cut")
+    cut = F.col("_wcut")
 
     def json_value(name: str) -> Column:
         return F.try_element_at(j, F.lit(name))
 
-    slot_mask = w.getField("slots")
+    slot_mask = F.col("_wslots")
 
     def wanted(names) -> Column:
         # Same as code.isin(<the codes of these slots>) | code.isNull(), as one bit test instead of up to 30
         # string comparisons per slot entry (a row tests ~100 entries).
         return (slot_mask.bitwiseAND(F.lit(_slot_bits(names))) != F.lit(0))
 
-    # Each section regex runs once (materialized in _ws), only when its start is in the text and the event has
-    # one of its slots; text containing the group separator keeps the per-slot regexes (same values).
-    by_sections = ~cut.contains(_GROUP_SEP)
-    df = df.withColumn("_ws", F.when(w.isNotNull() & by_sections, F.struct(*[
-        F.when(cut.contains(sec.gate) & wanted(sec.replaces), _section_groups(cut, sec)).alias(sec.name)
-        for sec in SECTIONS])))
-    sections = {(slot, regex): _section_value(F.col("_ws").getField(sec.name), sec, slot)
+    # Each section regex runs once (materialized in _ws_<section>), only when the event has one of its slots and
+    # its start is in the text.
+    by_sections = F.col("_wplain")
+    df = df.select("*", *[
+        F.when(by_sections & wanted(sec.replaces) & cut.contains(sec.gate), _section_groups(cut, sec))
+        .alias(_section_column(sec)) for sec in SECTIONS])
+    sections = {(slot, regex): _section_value(F.col(_section_column(sec)), sec, slot)
                 for sec in SECTIONS for slot, regex in sec.replaces.items()}
 
     def raw_entry(name: str, gate: str, r: str) -> Column:
@@ -495,16 +503,24 @@ def add_match(df, sys: Column, j: Column):
         return F.when(json_value(name).isNull() & wanted((name,)), value)
 
     entries = {name: [_entry_column(name, k) for k in range(len(SLOTS[name]))] for name in SLOTS}
-    df = df.withColumn("_wt", F.when(w.isNotNull(), F.struct(*[
-        raw_entry(name, gate, r).alias(entries[name][k])
-        for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])))
-    t = F.col("_wt")
+    df = df.select("*", *[
+        F.when(w.isNotNull(), raw_entry(name, gate, r)).alias(entries[name][k])
+        for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])
 
     def from_text(name: str) -> Column:
-        return F.coalesce(*[F.nullif(t.getField(e), F.lit("")) for e in entries[name]])
+        return F.coalesce(*[F.nullif(F.col(e), F.lit("")) for e in entries[name]])
 
-    slots = F.struct(*[V.blank_to_null(F.coalesce(json_value(n), from_text(n))).alias(n) for n in SLOTS])
-    return df.withColumn("_wd", F.when(w.isNotNull(), slots))
+    return df.select("*", *[F.when(w.isNotNull(), V.blank_to_null(F.coalesce(json_value(n), from_text(n))))
+                            .alias(_slot_column(n)) for n in SLOTS])
+
+
+def _section_column(section: Section) -> str:
+    return "_ws_" + section.name.replace(" ", "_")
+
+
+def _slot_column(slot: str) -> str:
+    """The column of slot ``slot``'s value (``_wd_<slot>``)."""
+    return "_wd_" + slot
 
 
 _SLOT_BIT = {name: 1 << i for i, name in enumerate(SLOT_CODES)}  # 41 slots: one bigint holds them all
@@ -541,7 +557,7 @@ def _slot_mask(given_id: Column, title: Column) -> Column:
 
 def _entry_column(slot: str, index: int) -> str:
     """The ``_wt`` field of the raw value of ``SLOTS[slot][index]``."""
-    return f"{slot}_{index}"
+    return f"_wt_{slot}_{index}"
 
 
 def _section_groups(text: Column, section: Section) -> Column:
@@ -601,13 +617,12 @@ def _split_account(account: Column) -> tuple[Column, Column]:
 def fields(j: Column) -> Fields:
     """ECS fields of Windows rows (null elsewhere)."""
     w = F.col("_win")
-    d = F.col("_wd")
     present = w.isNotNull()
     code = w.getField("code")
     channel = w.getField("channel")
 
     def s(name: str) -> Column:
-        return d.getField(name)
+        return F.col(_slot_column(name))
 
     ids = list(EVENTS)
     idx = F.array_position(F.array(*[F.lit(i) for i in ids]), code).cast("int")
