@@ -409,32 +409,40 @@ def test_a_kill_storm_at_reads_commits_publishes_and_state_commits_loses_and_dou
     before = topic_ends(data.bootstrap)
     kills: list[Kill] = []
     retried: set[str] = set()
-    while plan:
-        how = plan.pop(0)
-        fault = {} if how == "random" else {ENV_FAULT: f"{how}:{rng.randint(1, 3)}", ENV_FAULT_LOG: str(fault_log)}
-        started = time.monotonic()
-        seen = output.stat().st_size if output.exists() else 0
-        proc = start_live(data.bootstrap, lake, output, **fault)
-        if how == "random":
-            # A seeded moment once this run's ingest query has started: its micro-batches read, commit, publish.
-            wait_for(lambda seen=seen: "query ingest started" in output.read_text(errors="replace")[seen:], 300,
-                     "ingest query start", proc)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(rng.uniform(0, 20))
-            assert proc.poll() is None, f"the pipeline exited by itself ({proc.returncode}): {output.read_text()[-2000:]}"
-        else:
-            try:
-                proc.wait(400)
-            except subprocess.TimeoutExpired:  # the point was not reached (no alerts left?): try once more later
-                kill_and_reap(proc)
-                assert how not in retried, f"fault point {how} never reached"
-                retried.add(how)
-                plan.append(how)
-                continue
-            assert proc.returncode == -signal.SIGKILL, f"exit {proc.returncode}: {output.read_text()[-2000:]}"
-        kill_and_reap(proc)
-        kills.append(Kill(how, time.monotonic() - started, bronze_rows(lake)))
-        print(f"kill {len(kills)}: {how} after {kills[-1].after_s:.0f} s, bronze {kills[-1].bronze_rows} rows")
+    proc: subprocess.Popen | None = None
+    try:
+        while plan:
+            how = plan.pop(0)
+            fault = {} if how == "random" else {ENV_FAULT: f"{how}:{rng.randint(1, 3)}",
+                                                ENV_FAULT_LOG: str(fault_log)}
+            started = time.monotonic()
+            seen = output.stat().st_size if output.exists() else 0
+            proc = start_live(data.bootstrap, lake, output, **fault)
+            if how == "random":
+                # A seeded moment once this run's ingest query has started: its micro-batches read, commit, publish.
+                wait_for(lambda seen=seen: "query ingest started" in output.read_text(errors="replace")[seen:], 300,
+                         "ingest query start", proc)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(rng.uniform(0, 20))
+                assert proc.poll() is None, \
+                    f"the pipeline exited by itself ({proc.returncode}): {output.read_text()[-2000:]}"
+            else:
+                try:
+                    proc.wait(400)
+                except subprocess.TimeoutExpired:  # the point was not reached (no alerts left?): try once more later
+                    kill_and_reap(proc)
+                    assert how not in retried, f"fault point {how} never reached"
+                    retried.add(how)
+                    plan.append(how)
+                    continue
+                assert proc.returncode == -signal.SIGKILL, f"exit {proc.returncode}: {output.read_text()[-2000:]}"
+            kill_and_reap(proc)
+            kills.append(Kill(how, time.monotonic() - started, bronze_rows(lake)))
+            print(f"kill {len(kills)}: {how} after {kills[-1].after_s:.0f} s, bronze {kills[-1].bronze_rows} rows")
+    finally:  # a timeout or Ctrl-C mid-storm must not leave a pipeline and its JVM on the 2 cores the suite shares
+        if proc is not None and session_processes(proc.pid):
+            kill_and_reap(proc)
+
     hit = [line.split()[0] for line in fault_log.read_text().splitlines()]
     assert set(hit) == set(POINTS), f"fault points hit: {hit}"
     assert len(kills) >= 10
