@@ -120,6 +120,27 @@ def batch_time(df: DataFrame) -> dt.datetime:
     return row[0][0] if row else dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
+def materialized(df: DataFrame) -> DataFrame:
+    """``df`` computed once and kept (memory, then disk) as a DataFrame whose plan is just the stored rows.
+
+    Why not ``persist()``: a ``foreachBatch`` DataFrame read by a union of several plans (one per windowed rule) was
+    served from the cache by the first branch only; the others recomputed the whole micro-batch (source read, rule
+    explode, stateful aggregation): Spark's cache lookup did not recognize the branches' copies of the batch's
+    relation. Measured on 40,000 events (13 of 14 branches recomputing): the windowed query's batch 23.5-27.2 JVM
+    CPU-s with ``persist()``, 9.2-9.5 with this. Plans over the result read the stored blocks whatever the cache does.
+    Release with :func:`release`.
+    """
+    return df.localCheckpoint(eager=True)
+
+
+def release(df: DataFrame) -> None:
+    """Drop the stored blocks of a :func:`materialized` DataFrame now (Spark's cleaner would only after a GC)."""
+    try:
+        df._jdf.queryExecution().logical().rdd().unpersist(False)
+    except Exception as exc:  # the JVM is stopping: nothing to free, and the batch must not fail for it
+        log.debug("could not release a materialized batch: %s", exc)
+
+
 # -- rule health ---------------------------------------------------------------------------------------------------
 @dataclass
 class HealthEntry:
@@ -441,16 +462,16 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     ruleset.health.track(ids, name)
 
     def write(df: DataFrame, batch_id: int) -> None:
-        batch = df.persist()
+        batch = materialized(df)  # read by the distinct and by every rule's finish: see materialized()
         try:
             # Only the rules with updated windows in this batch run their finish (one plan per rule, unioned): a
             # small live batch touches a few of the windowed rules, and a batch that only advanced the watermark
-            # none. Finish is row-wise, so a rule without rows has no candidates. The distinct does the state work.
+            # none. Finish is row-wise, so a rule without rows has no candidates. materialized() did the state work.
             present = {r[0] for r in batch.select(RULE).distinct().collect()}
             rows = _finish_all(batch, [s for s in specs if s.key in present], by_key, ruleset, name)
             at = batch_time(batch) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
         finally:
-            batch.unpersist()
+            release(batch)
         published = folder.process(rows, batch_id, at) if rows else []
         ruleset.health.batch_done(name, ids, at, {a["rule_id"] for a in published})
         if published:

@@ -24,6 +24,7 @@ from alerts.alert_schema import CANDIDATE_SCHEMA, MAX_EVIDENCE
 from alerts.correlation_compiler import (
     CorrelationCompileError,
     compile_correlation,
+    correlation_rule,
     correlation_watermark_column,
     describe,
     update_mode_safe,
@@ -509,3 +510,60 @@ def test_non_monotone_condition_is_final_only_in_append_mode(spark, tmp_path):
     assert [(c["entity"]["value"], c["event_count"]) for c in appended] == [("10.0.0.2", 1)]  # final windows
     updated = {(c["entity"]["value"], c["event_count"]) for _, c in run_stream(spark, tmp_path, rule, source)}
     assert ("10.0.0.1", 2) in updated  # update mode judged .1's window before its third event came
+
+
+def test_every_rule_finish_of_a_micro_batch_reads_the_batch_computed_once(spark, tmp_path):
+    """The windowed query's ``foreachBatch`` reads its batch once per present rule (a union of finishes). Kept with
+    ``persist()``, Spark served only the union's first branch from the cache and recomputed the whole micro-batch
+    (source, explode, stateful aggregation) for every other rule; :func:`materialized` stores it once. Checked
+    behaviourally: each finish job runs a single stage (a recomputed branch adds the aggregation's shuffle stages),
+    and the candidates are the batch path's."""
+    from alerts.detection_stream import materialized, release
+    from alerts.window_aggregator import aggregate, finish, run_windowed
+
+    rules = [correlation_rule(corr, PREDICATES, "ip", SCHEMA, key=name)
+             for name, (corr, _make) in sorted(STREAM_CASES.items())]
+    source = tmp_path / "source"
+    for n, start in enumerate((0, 14, 28)):
+        events = [make(i, ip) for _name, (_c, make) in sorted(STREAM_CASES.items())
+                  for ip in ("10.0.0.1", "10.0.0.2") for i in range(start, start + 14)]
+        write_events(source, f"part{n}.json", events, mtime=1_700_000_000 + n)
+    stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+    stream = stream.withWatermark("_event_time", "10 minutes")
+    sc = spark.sparkContext
+    stages: list[int] = []
+    emitted: list[tuple[int, dict]] = []
+
+    def write(df, batch_id: int) -> None:
+        batch = materialized(df)
+        try:
+            group = f"finish-{batch_id}"
+            sc.setJobGroup(group, "the finish of every windowed rule")
+            try:
+                rows = finish(batch, rules).collect()
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            tracker = sc.statusTracker()
+            stages.extend(len(tracker.getJobInfo(j).stageIds) for j in tracker.getJobIdsForGroup(group))
+            emitted.extend((batch_id, r.asDict(recursive=True)) for r in rows)
+        finally:
+            release(batch)
+
+    query = (aggregate(stream, rules).writeStream.outputMode("update").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).foreachBatch(write).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    assert stages and set(stages) == {1}, stages  # one stage per finish job: nothing recomputed
+
+    def key(c: dict) -> tuple:
+        return c["rule_id"], c["entity"]["value"], c["window_start"], c["event_count"], tuple(c["evidence"])
+
+    newest: dict[tuple, tuple[int, dict]] = {}
+    for batch_id, c in emitted:
+        k = key(c)[:3]
+        if k not in newest or newest[k][0] <= batch_id:
+            newest[k] = (batch_id, c)
+    streamed = sorted(key(c) for _, c in newest.values())
+    batch_rows = run_windowed(spark.read.schema(SCHEMA).json(str(source)), rules).collect()
+    assert streamed == sorted(key(r.asDict(recursive=True)) for r in batch_rows)
+    assert {k[0] for k in streamed} == {"ssh_bruteforce", "ssh_spraying", "ssh_success_after_failures"}
