@@ -43,6 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     RAW_TOPICS,
     TABLE_AUTH_SESSIONS,
@@ -378,6 +379,7 @@ class Supervisor:
         self._start(m)
 
     def _start(self, m: Managed) -> None:
+        clear_unplanned_first_batch(self.settings.checkpoint(m.name))  # a kill in the first offset write
         m.query = m.start()
         m.history.append(m.query)
         m.restart_at = None
