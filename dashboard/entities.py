@@ -96,7 +96,7 @@ def logins(lake: Path, entity_type: str, value: str, limit: int = 200, since: dt
 
 
 def login_countries(lake: Path, entity_type: str, value: str, since: dt.datetime | None = None) -> pd.DataFrame:
-    """Logins per source country and outcome."""
+    """Logins per source country and outcome, most first (ties by country, outcome: the same order on every read)."""
     if not has_table(lake, TABLE_EVENTS):
         return pd.DataFrame(columns=["country", "outcome", "logins"])
     return query(lake, [TABLE_EVENTS], f"""
@@ -104,7 +104,7 @@ def login_countries(lake: Path, entity_type: str, value: str, since: dt.datetime
         FROM events
         WHERE "event".dataset = 'system.auth' AND "event".action IN ('ssh_login', 'ssh_invalid_user')
           AND {entity_predicate(entity_type)}{_since(since)}
-        GROUP BY ALL ORDER BY logins DESC""", _params(value, since))
+        GROUP BY ALL ORDER BY logins DESC, country, outcome""", _params(value, since))
 
 
 def _side(entity_type: str) -> str:
