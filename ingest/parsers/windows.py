@@ -556,7 +556,7 @@ def _slot_mask(given_id: Column, title: Column) -> Column:
 
 
 def _entry_column(slot: str, index: int) -> str:
-    """The ``_wt`` field of the raw value of ``SLOTS[slot][index]``."""
+    """The column (``_wt_<slot>_<k>``) of the raw value of ``SLOTS[slot][index]``."""
     return f"_wt_{slot}_{index}"
 
 
