@@ -55,6 +55,12 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         # set/clear of the origin): half of the 154,000 round trips of building the ingest plan, ~10 s of every
         # pipeline start. Engine errors still name the failing expression; they lose the Python file:line.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
+        # Interpreted projections and predicates outside whole-stage codegen. The parse plan's ~430 output fields
+        # exceed whole-stage codegen's field limit, so each of its projections was code-generated again in every
+        # task (the source text is rebuilt per task; only the compile is cached): 30 % of the live pipeline's JVM
+        # CPU, far more than evaluating the rows. Interpreted, a live run's event->alert p50 went 19.3 -> 11.8 s
+        # (docs/performance.md, eighth session). Whole-stage codegen (aggregations, narrow plans) is unaffected.
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", java_opts)
