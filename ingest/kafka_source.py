@@ -14,6 +14,7 @@ Usage::
           .option("startingOffsets", "earliest")         # or "latest", or JSON per partition
           .option("maxOffsetsPerTrigger", 100000)        # optional
           .option("failOnDataLoss", "true")              # default, like Spark's Kafka source
+          .option("maxTasks", 2)                         # optional: Spark tasks per micro-batch (see below)
           .load())
 
 Columns: ``key`` binary, ``value`` binary, ``topic`` string, ``partition`` int, ``offset`` long,
@@ -22,6 +23,13 @@ Columns: ``key`` binary, ``value`` binary, ``topic`` string, ``partition`` int, 
 Offsets are ``{topic: {partition: next_offset}}``. Spark writes each micro-batch's (start, end) to its
 offset log before running it, so a restarted query re-reads exactly the same range: with an idempotent
 sink (see ``delta_sink``) every record lands exactly once.
+
+Tasks: without ``maxTasks`` each topic partition's range is one Spark task, like Spark's own Kafka source. With
+``maxTasks=N`` a micro-batch is read by at most N tasks and by one task per ``minTaskRows`` records (default 5,000):
+ranges are cut and packed so the tasks get about equal shares, and one consumer per task reads all of its ranges.
+Why: every task of the ingest query pays a fixed cost that has nothing to do with its records — deserializing the
+wide parse plan and generating its projections' code (about 0.5 s of CPU each, profiled in docs/performance.md) —
+so a live micro-batch of a few hundred records spread over eight partitions paid it eight times.
 
 Broker quirks handled here (measured on Tansu 0.6, harmless on Apache Kafka):
 
@@ -96,6 +104,9 @@ class KafkaOptions:
     fetch_wait_max_ms: int
     poll_timeout_s: float
     read_batch_rows: int
+    # None: one task per topic partition; else at most this many tasks per micro-batch, min_task_rows records each
+    max_tasks: int | None = None
+    min_task_rows: int = 5_000
     # "latest": read only what the topics hold when the query starts (a drain under any trigger, not only
     # availableNow: the pipeline drains under a processing-time trigger so it can stop between micro-batches)
     ending_offsets: str | None = None
@@ -128,6 +139,8 @@ class KafkaOptions:
         ending = opts.get("endingoffsets")
         if ending is not None and ending.strip() != "latest":
             raise ValueError(f"nightjar_kafka: endingOffsets can only be latest (drain what is there), got {ending!r}")
+        max_tasks = _positive_int(opts, "maxtasks", "maxTasks")
+        min_task_rows = _positive_int(opts, "mintaskrows", "minTaskRows") or 5_000
         return KafkaOptions(
             client_config=client,
             topics=topics,
@@ -138,6 +151,8 @@ class KafkaOptions:
             poll_timeout_s=float(opts.get("polltimeoutms", "30000")) / 1000,
             read_batch_rows=int(opts.get("readbatchrows", "10000")),
             ending_offsets=ending.strip() if ending else None,
+            max_tasks=max_tasks,
+            min_task_rows=min_task_rows,
         )
 
     def consumer_config(self) -> dict[str, Any]:
@@ -155,12 +170,57 @@ class KafkaOptions:
         return conf
 
 
+def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
+    value = opts.get(key)
+    if value is None:
+        return None
+    if not str(value).isdigit() or int(value) <= 0:
+        raise ValueError(f"nightjar_kafka: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 class KafkaPartitionRange(InputPartition):
-    """One Spark task: records ``[start, end)`` of one topic partition."""
+    """Records ``[start, end)`` of one topic partition; one Spark task when the source does not pack ranges."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int):
         super().__init__(f"{topic}/{partition}/{start}-{end}")
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+    @property
+    def rows(self) -> int:
+        return self.end - self.start
+
+
+class KafkaReadTask(InputPartition):
+    """One Spark task reading several ranges with one consumer (see ``maxTasks`` in the module doc)."""
+
+    def __init__(self, ranges: list[KafkaPartitionRange]):
+        super().__init__(",".join(r.value for r in ranges))
+        self.ranges = ranges
+
+
+def pack_ranges(ranges: list[KafkaPartitionRange], max_tasks: int, min_task_rows: int) -> list[KafkaReadTask]:
+    """At most ``max_tasks`` tasks of at least ``min_task_rows`` records each (but one at least), about equal.
+
+    Ranges longer than an equal share are cut at offset boundaries, then the pieces go largest first to the task
+    with the fewest records so far. Deterministic: the same ranges always give the same tasks.
+    """
+    total = sum(r.rows for r in ranges)
+    if not ranges:
+        return []
+    n = max(1, min(max_tasks, -(-total // min_task_rows)))
+    share = -(-total // n)
+    pieces = []
+    for r in ranges:
+        for start in range(r.start, r.end, share):
+            pieces.append(KafkaPartitionRange(r.topic, r.partition, start, min(start + share, r.end)))
+    bins: list[list[KafkaPartitionRange]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for piece in sorted(pieces, key=lambda r: (-r.rows, r.topic, r.partition, r.start)):
+        i = loads.index(min(loads))
+        bins[i].append(piece)
+        loads[i] += piece.rows
+    return [KafkaReadTask(sorted(b, key=lambda r: (r.topic, r.partition, r.start))) for b in bins if b]
 
 
 Offsets = dict[str, dict[str, int]]
@@ -246,7 +306,9 @@ class KafkaBroker:
                 if time.monotonic() > deadline:
                     missing = sorted(set(reported) - set(ends))
                     raise RuntimeError(f"nightjar_kafka: timed out finding the end offset of {missing}")
-                for msg in self.consumer.consume(num_messages=10_000, timeout=0.5):
+                # consume() waits its whole timeout unless num_messages arrive: short waits, or every micro-batch's
+                # offset query paid 2 x 0.5 s here (measured: latestOffset took 1.0 s in every live batch).
+                for msg in self.consumer.consume(num_messages=10_000, timeout=0.02):
                     key = (msg.topic(), msg.partition())
                     err = msg.error()
                     if err is None:
@@ -361,7 +423,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise KafkaDataLoss(message)
         log.warning("%s (failOnDataLoss=false: continuing)", message)
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartitionRange]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         begin, stop = _as_ints(start), _as_ints(end)
         earliest: dict[str, dict[int, int]] | None = None
         out = []
@@ -375,13 +437,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     first = _effective_start(first, earliest.get(topic, {}).get(p, 0), until)
                 if until > first:
                     out.append(KafkaPartitionRange(topic, p, first, until))
+        if self.options.max_tasks is not None:
+            return pack_ranges(out, self.options.max_tasks, self.options.min_task_rows)  # type: ignore[return-value]
         return out
 
     # --- data (executors) ----------------------------------------------------------------------------
 
-    def read(self, partition: KafkaPartitionRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         fault_point("kafka.read")
-        yield from read_range(self.options, partition)
+        if isinstance(partition, KafkaReadTask):
+            yield from read_ranges(self.options, partition.ranges)
+        else:
+            yield from read_ranges(self.options, [partition])  # type: ignore[list-item]
 
     def commit(self, end: Offsets) -> None:
         pass  # offsets live in Spark's checkpoint; nothing to commit to Kafka
@@ -420,33 +487,64 @@ def _cap(begin: dict[str, dict[int, int]], ends: dict[str, dict[int, int]], max_
     return capped
 
 
-def read_range(options: KafkaOptions, part: KafkaPartitionRange) -> Iterator[pa.RecordBatch]:
-    """Records ``[part.start, part.end)`` of one partition as Arrow record batches."""
+def read_ranges(options: KafkaOptions, ranges: list[KafkaPartitionRange]) -> Iterator[pa.RecordBatch]:
+    """The records of ``ranges`` as Arrow record batches, read by one consumer.
+
+    A partition that appears in several ranges (two pieces of one long range) is read in turn, one range per pass:
+    a consumer holds one position per partition.
+    """
+    todo = [r for r in ranges if r.end > r.start]
+    while todo:
+        seen: set[tuple[str, int]] = set()
+        now, later = [], []
+        for r in todo:
+            (later if (r.topic, r.partition) in seen else now).append(r)
+            seen.add((r.topic, r.partition))
+        yield from _read_pass(options, now)
+        todo = later
+
+
+def _read_pass(options: KafkaOptions, ranges: list[KafkaPartitionRange]) -> Iterator[pa.RecordBatch]:
+    """One consumer over ranges of distinct partitions, until each reaches its end."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    by_key = {(r.topic, r.partition): r for r in ranges}
+    next_offset = {key: r.start for key, r in by_key.items()}
+    open_keys = set(by_key)
     consumer = Consumer(options.consumer_config())
-    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
     cols: dict[str, list[Any]] = {name: [] for name in ARROW_SCHEMA.names}
-    next_offset = part.start
     last_progress = time.monotonic()
-    ended_early = False
+
+    def close(key: tuple[str, int]) -> None:
+        open_keys.discard(key)
+        consumer.pause([TopicPartition(key[0], key[1])])  # no more fetching past the range's end
+
     try:
-        while next_offset < part.end and not ended_early:
-            msgs = consumer.consume(num_messages=min(options.read_batch_rows, part.end - next_offset), timeout=0.5)
+        while open_keys:
+            wanted = sum(by_key[k].end - next_offset[k] for k in open_keys)
+            msgs = consumer.consume(num_messages=max(1, min(options.read_batch_rows, wanted)), timeout=0.1)
             if not msgs and time.monotonic() - last_progress > options.poll_timeout_s:
-                raise RuntimeError(f"nightjar_kafka: no records from {part.topic}/{part.partition} at offset "
-                                   f"{next_offset} for {options.poll_timeout_s:.0f}s (expected up to {part.end})")
+                stuck = ", ".join(f"{t}/{p} at offset {next_offset[(t, p)]} (expected up to {by_key[(t, p)].end})"
+                                  for t, p in sorted(open_keys))
+                raise RuntimeError(f"nightjar_kafka: no records for {options.poll_timeout_s:.0f}s from {stuck}")
             for msg in msgs:
+                key = (msg.topic(), msg.partition())
                 err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if msg.offset() < part.end and msg.offset() >= next_offset:
-                            _short_read(options, part, msg.offset())
-                            ended_early = True
-                        continue
-                    raise RuntimeError(f"nightjar_kafka: error reading {part.topic}/{part.partition}: {err.str()}")
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"nightjar_kafka: error reading {key[0]}/{key[1]}: {err.str()}")
+                part = by_key.get(key)
+                if part is None or key not in open_keys:
+                    continue
+                if err is not None:  # end of partition
+                    if part.end > msg.offset() >= next_offset[key]:
+                        _short_read(options, part, msg.offset())
+                        close(key)
+                    elif msg.offset() >= part.end:
+                        close(key)  # the range's last offsets held no record (a gap at the end): it is complete
+                    continue
                 offset = msg.offset()
-                if offset < next_offset or offset >= part.end:
+                if offset < next_offset[key] or offset >= part.end:
                     continue
                 ts_type, ts = msg.timestamp()
                 headers = msg.headers()
@@ -457,8 +555,10 @@ def read_range(options: KafkaOptions, part: KafkaPartitionRange) -> Iterator[pa.
                 cols["offset"].append(offset)
                 cols["timestamp"].append(ts * 1000 if ts_type and ts >= 0 else None)
                 cols["headers"].append([{"key": k, "value": v} for k, v in headers] if headers else None)
-                next_offset = offset + 1
+                next_offset[key] = offset + 1
                 last_progress = time.monotonic()
+                if next_offset[key] >= part.end:
+                    close(key)
             if len(cols["offset"]) >= options.read_batch_rows:
                 yield _to_batch(cols)
                 cols = {name: [] for name in ARROW_SCHEMA.names}
@@ -513,6 +613,8 @@ def read_kafka(spark: SparkSession, settings: Settings, topics: tuple[str, ...] 
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
         .option("fetchWaitMaxMs", str(settings.kafka.fetch_wait_max_ms))
+        # Few, full tasks: a task's fixed cost is paid per task, not per record (see the module doc).
+        .option("maxTasks", str(spark.sparkContext.defaultParallelism))
     )
     for key, value in settings.kafka_config().items():
         reader = reader.option(f"kafka.{key}", value)

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from ingest.embedded_broker import ensure_topics
-from ingest.kafka_source import KafkaBroker, KafkaOptions, _cap
+from ingest.kafka_source import KafkaBroker, KafkaOptions, KafkaPartitionRange, _cap, pack_ranges
 from tests.kafka_records import produce
 
 
@@ -49,6 +49,38 @@ def test_reads_every_record_of_every_partition_of_two_topics(spark, settings, tm
     assert sample.headers[0].key == "seq" and sample.key == sample.headers[0].value
     assert all(r.headers is None for r in rows if r.topic == t2)
     assert all(r.timestamp is not None for r in rows)
+
+
+def test_packed_tasks_read_every_record_once_with_one_consumer_per_task(spark, settings, tmp_path):
+    """maxTasks packs the eight partitions' ranges into two tasks, cutting the long ones: nothing lost or doubled."""
+    t1, t2 = "pk.a." + tmp_path.name[-8:], "pk.b." + tmp_path.name[-8:]
+    ensure_topics(settings, (t1, t2), partitions=4)
+    sent = produce(settings.bootstrap_servers, t1, 1500, headers=True) | produce(settings.bootstrap_servers, t2, 300)
+    df = _stream(spark, settings, (t1, t2), startingOffsets="earliest", maxTasks=2, minTaskRows=100)
+    rows, batches = _drain(spark, df, "packed", tmp_path)
+    assert batches == [1800]
+    assert len(rows) == 1800 and {r.value for r in rows} == sent
+    assert len({(r.topic, r.partition, r.offset) for r in rows}) == 1800
+    assert sorted(r.offset for r in rows if r.topic == t1 and r.partition == 2) == list(range(375))
+
+
+def test_pack_ranges_balances_tasks_and_cuts_long_ranges():
+    ranges = [KafkaPartitionRange("a", 0, 0, 900), KafkaPartitionRange("a", 1, 10, 110),
+              KafkaPartitionRange("b", 0, 5, 5 + 200)]
+    tasks = pack_ranges(ranges, max_tasks=2, min_task_rows=100)
+    assert len(tasks) == 2
+    loads = sorted(sum(r.rows for r in t.ranges) for t in tasks)
+    assert loads == [600, 600]
+    pieces = sorted((r.topic, r.partition, r.start, r.end) for t in tasks for r in t.ranges)
+    # every offset of every range exactly once
+    covered = {(t, p, o) for t, p, s, e in pieces for o in range(s, e)}
+    assert len(covered) == sum(e - s for _t, _p, s, e in pieces) == 1200
+    assert covered == {(r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end)}
+    # a small batch is one task; min_task_rows decides how many before max_tasks does
+    assert len(pack_ranges(ranges, max_tasks=4, min_task_rows=5_000)) == 1
+    assert len(pack_ranges(ranges, max_tasks=4, min_task_rows=500)) == 3
+    assert pack_ranges([], max_tasks=2, min_task_rows=10) == []
+    assert [t.value for t in pack_ranges(ranges, 2, 100)] == [t.value for t in pack_ranges(ranges[::-1], 2, 100)]
 
 
 def test_max_offsets_per_trigger_splits_the_backlog_into_capped_batches(spark, settings, tmp_path, unique_topic):
@@ -108,6 +140,7 @@ def test_cap_spreads_the_limit_in_proportion_to_backlog_and_reads_exactly_the_li
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "x", "maxOffsetsPerTrigger": "-5"}, "positive integer"),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "x", "startingOffsets": "{bad"}, "startingOffsets must be"),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": "x", "failOnDataLoss": "maybe"}, "true or false"),
+        ({"kafka.bootstrap.servers": "h:1", "subscribe": "x", "maxTasks": "0"}, "maxTasks must be a positive"),
     ],
 )
 def test_bad_options_name_the_option(options, problem):
