@@ -5,10 +5,14 @@ batch number. A process killed between the two (seen in the chaos storm: a SIGKI
 leaves only ``.0.<uuid>.tmp`` (and its ``.crc``). No batch was ever planned, yet Spark 4 refuses to start a
 stateful query whose offsets directory is not empty on batch 0 (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``),
 so every restart failed and the run gave up. Such leftovers hold nothing that was committed: they are removed.
+
+The same offset log also gives a micro-batch's timestamp without a Spark job (:func:`batch_timestamp`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 from pathlib import Path
 
@@ -36,3 +40,18 @@ def clear_unplanned_first_batch(checkpoint: Path) -> list[Path]:
         log.info("checkpoint %s: removed %d temporary file(s) of a first batch whose offsets were never committed "
                  "(a process stopped while writing them)", checkpoint, len(removed))
     return removed
+
+
+def batch_timestamp(checkpoint: Path, batch_id: int) -> dt.datetime | None:
+    """The timestamp of micro-batch ``batch_id`` as its offset log records it (naive UTC), or None if unreadable.
+
+    It is the value ``current_timestamp()`` takes in that batch, and the same when the batch is replayed. Reading it
+    here spares a ``foreachBatch`` body a Spark job (a ``limit(1)`` collect over the batch: 0.2-1.2 s per alerting
+    live batch, measured)."""
+    try:
+        with open(Path(checkpoint) / "offsets" / str(batch_id), encoding="utf-8") as f:
+            f.readline()  # format version, "v1"
+            millis = json.loads(f.readline())["batchTimestampMs"]
+        return dt.datetime.fromtimestamp(int(millis) / 1000, dt.UTC).replace(tzinfo=None)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from core.checkpoints import clear_unplanned_first_batch
+from core.checkpoints import batch_timestamp, clear_unplanned_first_batch
 from core.config import (
     RAW_TOPICS,
     TABLE_AUTH_SESSIONS,
@@ -178,6 +178,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
         return f"nightjar.{QUERY_INGEST}.{table}"
 
     tables_ready = False  # the run's first batch creates the tables, even when it brings no records
+    checkpoint = settings.checkpoint(QUERY_INGEST)
 
     def write(df: DataFrame, batch_id: int) -> None:
         nonlocal tables_ready
@@ -198,7 +199,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                 write_batch(quarantine_from(unified), paths[TABLE_QUARANTINE], app(TABLE_QUARANTINE), batch_id)
                 write_batch(sessions_from(unified), paths[TABLE_DHCP_SESSIONS], app(TABLE_DHCP_SESSIONS), batch_id)
                 if detector is not None:
-                    detector(events, batch_id, lambda: batch_time(unified))
+                    detector(events, batch_id,
+                             lambda: batch_timestamp(checkpoint, batch_id) or batch_time(unified))
                 fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
                 tables_ready = True
             finally:
@@ -214,7 +216,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     hold_s = 0.0 if drain else settings.lease_hold_s
     unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)), hold_s=hold_s)
     writer = (unified.withColumn(BATCH_TS, F.current_timestamp()).writeStream.queryName(QUERY_INGEST)
-              .foreachBatch(short_batch_errors(write)).option("checkpointLocation", str(settings.checkpoint(QUERY_INGEST))))
+              .foreachBatch(short_batch_errors(write)).option("checkpointLocation", str(checkpoint)))
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.

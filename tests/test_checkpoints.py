@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
 import pytest
 
-from core.checkpoints import clear_unplanned_first_batch
+from core.checkpoints import batch_timestamp, clear_unplanned_first_batch
 
 
 def _stateful_query(spark, source: Path, checkpoint: Path):
@@ -62,3 +63,25 @@ def test_nothing_to_clear_without_offsets(tmp_path, layout):
     if layout == "empty":
         (tmp_path / "offsets").mkdir()
     assert clear_unplanned_first_batch(tmp_path) == []
+
+
+def test_batch_timestamp_from_the_offset_log_is_the_batch_current_timestamp(spark, tmp_path):
+    """The detector's detected_at comes from the offset log, not a Spark job: it must equal what the batch saw."""
+    from pyspark.sql import functions as F
+
+    source, checkpoint = tmp_path / "in", tmp_path / "cp"
+    source.mkdir()
+    seen: dict[int, object] = {}
+    for n in range(2):
+        (source / f"{n}.json").write_text(json.dumps({"k": str(n)}) + "\n")
+        stream = spark.readStream.schema("k string").json(str(source)).withColumn("us", F.unix_micros(F.current_timestamp()))
+        query = (stream.writeStream.trigger(availableNow=True).option("checkpointLocation", str(checkpoint))
+                 .foreachBatch(lambda df, batch_id: seen.update({batch_id: df.collect()[0].us})).start())
+        query.awaitTermination(120)
+        assert query.exception() is None
+    assert sorted(seen) == [0, 1]
+    epoch = dt.datetime(1970, 1, 1)
+    for batch_id, micros in seen.items():  # (micros: independent of the machine's time zone)
+        assert batch_timestamp(checkpoint, batch_id) == epoch + dt.timedelta(microseconds=micros)
+    assert seen[0] != seen[1]
+    assert batch_timestamp(checkpoint, 7) is None  # no such batch: the caller falls back to a Spark job
