@@ -55,12 +55,6 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         # set/clear of the origin): half of the 154,000 round trips of building the ingest plan, ~10 s of every
         # pipeline start. Engine errors still name the failing expression; they lose the Python file:line.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        # Interpreted projections and predicates outside whole-stage codegen. The parse plan's ~430 output fields
-        # exceed whole-stage codegen's field limit, so each of its projections was code-generated again in every
-        # task (the source text is rebuilt per task; only the compile is cached): 30 % of the live pipeline's JVM
-        # CPU, far more than evaluating the rows. Interpreted, a live run's event->alert p50 went 19.3 -> 11.8 s
-        # (docs/performance.md, eighth session). Whole-stage codegen (aggregations, narrow plans) is unaffected.
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .config("spark.ui.enabled", "true" if ui else "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", java_opts)
@@ -95,6 +89,34 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
     log.info("spark session ready: master=%s version=%s", settings.spark_master, spark.version)
     return spark
 
+
+
+# Interpreted projections and predicates outside whole-stage codegen, for the ingest query (see start_ingest). Its
+# parse plan's ~430 output fields exceed whole-stage codegen's field limit, so each of its 15 projections was
+# code-generated again in every task (the source text is rebuilt per task; only the compile is cached): 30 % of the
+# live pipeline's JVM CPU. Interpreted, a live run's event->alert p50 went 19.3 -> 11.8 s and a 100,000-event drain's
+# ingest 73 -> 55 s; the windowed query's 100,000-event batch went 16.6 -> 21.5 s the same way, so it keeps codegen
+# (docs/performance.md, eighth session).
+INTERPRETED_PROJECTIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
+    """Set SQL ``values`` on ``spark`` for the block, then restore them.
+
+    A streaming query started inside keeps them for its whole life (it runs on a copy of the session taken at
+    ``start()``), and so do its ``foreachBatch`` DataFrames and their tasks; the session itself goes back."""
+    saved = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _jvm_log_path(settings: Settings, app_name: str) -> Path:

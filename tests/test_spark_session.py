@@ -1,0 +1,38 @@
+"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections) stay with that query."""
+
+from __future__ import annotations
+
+from core.spark_session import INTERPRETED_PROJECTIONS, session_conf
+
+FACTORY_MODE = "spark.sql.codegen.factoryMode"
+
+
+def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_and_the_session_goes_back(
+        spark, tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "0.json").write_text('{"k": "a"}\n{"k": "b"}\n')
+    before = spark.conf.get(FACTORY_MODE)
+    assert before != "NO_CODEGEN"
+    seen: dict[str, object] = {}
+
+    def batch(df, _batch_id):
+        seen["driver"] = df.sparkSession.conf.get(FACTORY_MODE)
+        # What the tasks see: SQL settings travel to executors with each job (SQLConf.get there reads them).
+        seen["tasks"] = df.rdd.mapPartitions(lambda _rows: [_task_conf(FACTORY_MODE)]).collect()
+
+    stream = spark.readStream.schema("k string").json(str(source))
+    with session_conf(spark, INTERPRETED_PROJECTIONS):
+        query = (stream.writeStream.trigger(availableNow=True).foreachBatch(batch)
+                 .option("checkpointLocation", str(tmp_path / "cp")).start())
+    assert spark.conf.get(FACTORY_MODE) == before  # the session went back at once, the query runs on
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert seen["driver"] == "NO_CODEGEN"
+    assert seen["tasks"] and set(seen["tasks"]) == {"NO_CODEGEN"}
+
+
+def _task_conf(key: str) -> str:
+    from pyspark import TaskContext
+
+    return TaskContext.get().getLocalProperty(key)
