@@ -43,8 +43,10 @@ from pyspark.sql.streaming import StreamingQuery
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
+from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
 from core.errors import short_batch_errors
+from core.spark_session import materialized, release
 
 log = logging.getLogger(__name__)
 
@@ -114,31 +116,17 @@ class AlertFolder:
             raise
 
 
-def batch_time(df: DataFrame) -> dt.datetime:
-    """The micro-batch timestamp carried in :data:`BATCH_TS` (deterministic on replay)."""
+def batch_time(df: DataFrame, checkpoint: Path | None = None, batch_id: int | None = None) -> dt.datetime:
+    """The micro-batch timestamp carried in :data:`BATCH_TS` (deterministic on replay).
+
+    With the query's ``checkpoint`` and ``batch_id`` it is read from the offset log (the same value, without a Spark
+    job: :func:`core.checkpoints.batch_timestamp`); the ``limit(1)`` over ``df`` is the fallback."""
+    if checkpoint is not None and batch_id is not None:
+        logged = batch_timestamp(checkpoint, batch_id)
+        if logged is not None:
+            return logged
     row = df.select(BATCH_TS).limit(1).collect()
     return row[0][0] if row else dt.datetime.now(dt.UTC).replace(tzinfo=None)
-
-
-def materialized(df: DataFrame) -> DataFrame:
-    """``df`` computed once and kept (memory, then disk) as a DataFrame whose plan is just the stored rows.
-
-    Why not ``persist()``: a ``foreachBatch`` DataFrame read by a union of several plans (one per windowed rule) was
-    served from the cache by the first branch only; the others recomputed the whole micro-batch (source read, rule
-    explode, stateful aggregation): Spark's cache lookup did not recognize the branches' copies of the batch's
-    relation. Measured on 40,000 events (13 of 14 branches recomputing): the windowed query's batch 23.5-27.2 JVM
-    CPU-s with ``persist()``, 9.2-9.5 with this. Plans over the result read the stored blocks whatever the cache does.
-    Release with :func:`release`.
-    """
-    return df.localCheckpoint(eager=True)
-
-
-def release(df: DataFrame) -> None:
-    """Drop the stored blocks of a :func:`materialized` DataFrame now (Spark's cleaner would only after a GC)."""
-    try:
-        df._jdf.queryExecution().logical().rdd().unpersist(False)
-    except Exception as exc:  # the JVM is stopping: nothing to free, and the batch must not fail for it
-        log.debug("could not release a materialized batch: %s", exc)
 
 
 # -- rule health ---------------------------------------------------------------------------------------------------
@@ -469,7 +457,7 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
             # none. Finish is row-wise, so a rule without rows has no candidates. materialized() did the state work.
             present = {r[0] for r in batch.select(RULE).distinct().collect()}
             rows = _finish_all(batch, [s for s in specs if s.key in present], by_key, ruleset, name)
-            at = batch_time(batch) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            at = batch_time(batch, checkpoint, batch_id) if rows else dt.datetime.now(dt.UTC).replace(tzinfo=None)
         finally:
             release(batch)
         published = folder.process(rows, batch_id, at) if rows else []

@@ -179,12 +179,14 @@ def _positive_int(opts: dict[str, str], key: str, name: str) -> int | None:
     return int(value)
 
 
-class KafkaPartitionRange(InputPartition):
-    """Records ``[start, end)`` of one topic partition; one Spark task when the source does not pack ranges."""
+@dataclass(frozen=True)
+class KafkaPartitionRange:
+    """Records ``[start, end)`` of one topic partition."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
-        super().__init__(f"{topic}/{partition}/{start}-{end}")
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+    topic: str
+    partition: int
+    start: int
+    end: int
 
     @property
     def rows(self) -> int:
@@ -192,10 +194,10 @@ class KafkaPartitionRange(InputPartition):
 
 
 class KafkaReadTask(InputPartition):
-    """One Spark task reading several ranges with one consumer (see ``maxTasks`` in the module doc)."""
+    """One Spark task: one or more ranges, read by one consumer (one range each without ``maxTasks``)."""
 
     def __init__(self, ranges: list[KafkaPartitionRange]):
-        super().__init__(",".join(r.value for r in ranges))
+        super().__init__(",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in ranges))
         self.ranges = ranges
 
 
@@ -423,7 +425,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise KafkaDataLoss(message)
         log.warning("%s (failOnDataLoss=false: continuing)", message)
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaReadTask]:
         begin, stop = _as_ints(start), _as_ints(end)
         earliest: dict[str, dict[int, int]] | None = None
         out = []
@@ -438,17 +440,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if until > first:
                     out.append(KafkaPartitionRange(topic, p, first, until))
         if self.options.max_tasks is not None:
-            return pack_ranges(out, self.options.max_tasks, self.options.min_task_rows)  # type: ignore[return-value]
-        return out
+            return pack_ranges(out, self.options.max_tasks, self.options.min_task_rows)
+        return [KafkaReadTask([r]) for r in out]
 
     # --- data (executors) ----------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: KafkaReadTask) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         fault_point("kafka.read")
-        if isinstance(partition, KafkaReadTask):
-            yield from read_ranges(self.options, partition.ranges)
-        else:
-            yield from read_ranges(self.options, [partition])  # type: ignore[list-item]
+        yield from read_ranges(self.options, partition.ranges)
 
     def commit(self, end: Offsets) -> None:
         pass  # offsets live in Spark's checkpoint; nothing to commit to Kafka

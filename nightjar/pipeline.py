@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from core.checkpoints import batch_timestamp, clear_unplanned_first_batch
+from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     RAW_TOPICS,
     TABLE_AUTH_SESSIONS,
@@ -58,7 +58,7 @@ from core.config import (
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
-from core.spark_session import INTERPRETED_PROJECTIONS, session_conf
+from core.spark_session import INTERPRETED_PROJECTIONS, materialized, release, session_conf
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     events after they are committed; a failure there fails the batch, which is replayed (the tables it already
     committed skip the replay).
     """
-    from alerts.detection_stream import BATCH_TS, batch_time, materialized, release
+    from alerts.detection_stream import BATCH_TS, batch_time
     from enrich.dhcp_sessions import (
         attribute_stream,
         dhcp_networks_from_lake,
@@ -185,7 +185,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
         nonlocal tables_ready
         # Kafka read, parsed and attributed once for every table, and stored as plain rows: the plans below (four
         # writes, the enrichment, the rules) are then planned over a scan of stored blocks, not over the whole
-        # ingest plan with a cache lookup each (see alerts.detection_stream.materialized).
+        # ingest plan with a cache lookup each (see core.spark_session.materialized).
         unified = materialized(df)
         try:
             # An idle micro-batch (a live run between arrivals, the drain's last) has nothing to write or detect: skip
@@ -203,8 +203,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                 write_batch(quarantine_from(unified), paths[TABLE_QUARANTINE], app(TABLE_QUARANTINE), batch_id)
                 write_batch(sessions_from(unified), paths[TABLE_DHCP_SESSIONS], app(TABLE_DHCP_SESSIONS), batch_id)
                 if detector is not None:
-                    detector(events, batch_id,
-                             lambda: batch_timestamp(checkpoint, batch_id) or batch_time(unified))
+                    detector(events, batch_id, lambda: batch_time(unified, checkpoint, batch_id))
                 fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
                 tables_ready = True
             finally:

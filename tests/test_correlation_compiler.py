@@ -518,8 +518,8 @@ def test_every_rule_finish_of_a_micro_batch_reads_the_batch_computed_once(spark,
     (source, explode, stateful aggregation) for every other rule; :func:`materialized` stores it once. Checked
     behaviourally: each finish job runs a single stage (a recomputed branch adds the aggregation's shuffle stages),
     and the candidates are the batch path's."""
-    from alerts.detection_stream import materialized, release
     from alerts.window_aggregator import aggregate, finish, run_windowed
+    from core.spark_session import materialized, release
 
     rules = [correlation_rule(corr, PREDICATES, "ip", SCHEMA, key=name)
              for name, (corr, _make) in sorted(STREAM_CASES.items())]

@@ -220,7 +220,8 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
         batch = df.persist()
         try:
             cands = score_batch(batch.drop(BATCH_TS), bc)
-            at = batch_time(batch) if cands else dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            at = (batch_time(batch, settings.checkpoint(QUERY_ML), batch_id) if cands
+                  else dt.datetime.now(dt.UTC).replace(tzinfo=None))
         finally:
             batch.unpersist()
         published = folder.process(cands, batch_id, at) if cands else []
