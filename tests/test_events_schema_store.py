@@ -62,22 +62,20 @@ def test_an_unwritable_cache_is_not_an_error(tmp_path: Path, monkeypatch) -> Non
 
 
 def test_events_schema_reads_the_stored_schema_instead_of_deriving_it(spark, private_cache, monkeypatch) -> None:
-    from pyspark import SparkContext
-
     monkeypatch.setattr(events_schema_store, "SHIPPED", private_cache / "absent.json")
     planted = {"type": "struct", "fields": [{"name": "planted", "type": "long", "nullable": True, "metadata": {}}]}
     save(fingerprint(), planted)
-    context = id(SparkContext._active_spark_context)
-    monkeypatch.delitem(detection_input._SCHEMAS, context, raising=False)  # forgotten here, restored after
+    # A fresh per-context cache for this test, the old one back after it (deleting one key left the planted schema
+    # cached for every later test when no earlier test had cached the real one).
+    monkeypatch.setattr(detection_input, "_SCHEMAS", {})
     assert detection_input.events_schema(spark).fieldNames() == ["planted"]
 
 
 def test_events_schema_derives_and_stores_it_when_nothing_is_stored(spark, private_cache, monkeypatch) -> None:
-    from pyspark import SparkContext
-
     monkeypatch.setattr(events_schema_store, "SHIPPED", private_cache / "absent.json")
-    context = id(SparkContext._active_spark_context)
-    monkeypatch.delitem(detection_input._SCHEMAS, context, raising=False)  # forgotten here, restored after
+    # A fresh per-context cache for this test, the old one back after it (deleting one key left the planted schema
+    # cached for every later test when no earlier test had cached the real one).
+    monkeypatch.setattr(detection_input, "_SCHEMAS", {})
     schema = detection_input.events_schema(spark)
     assert "event" in schema.fieldNames() and "@timestamp" in schema.fieldNames()
     assert load(fingerprint()) == schema.jsonValue()  # the next start reads it
