@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "Kafka: an hour ago with --rate or --speedup above 1, now with --speedup 1, a period ending "
                         "now when unpaced; with --out the start of the current UTC day)")
     parser.add_argument("--seed", type=int, default=1, help="random seed: same seed and options => same output")
+    parser.add_argument("--org-seed", type=int, metavar="SEED", help="build the organization (hosts, users, "
+                        "addresses) from SEED instead of --seed: fresh activity of the same organization, e.g. a "
+                        "day to evaluate a model trained on --seed SEED's history")
     parser.add_argument("--out", metavar="DIR", help="write log files (syslog.log, zeek.log, ground_truth.jsonl, "
                         "reference tables as JSONL) to DIR instead of Kafka")
     parser.add_argument("--hosts", type=int, default=500, help="hosts in the organization (default 500)")
@@ -277,7 +280,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.out:
         out = Path(args.out)
         sink = FileSink(out)
-    org = build_organization(opts.seed, opts.hosts, opts.users)
+    org = build_organization(opts.seed if args.org_seed is None else args.org_seed, opts.hosts, opts.users)
     if not args.out and args.start is None and args.rate is None and args.speedup is None:
         opts = replace(opts, start=start_ending_now(opts, org, time.time()))
         log.info("unpaced run: simulated period %s .. now (give --start to choose)", iso(opts.start))

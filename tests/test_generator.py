@@ -87,6 +87,21 @@ def test_cli_output_is_deterministic_and_complete(tmp_path):
     assert len({r["incident_id"] for r in gt}) == len(gt)
 
 
+def test_cli_org_seed_gives_fresh_activity_of_the_same_organization(tmp_path):
+    """A model is evaluated on a day it never saw of the organization it learned: same hosts and users, new events."""
+    def run(name, *extra):
+        r = subprocess.run([str(NIGHTJAR), "generate", "--events", "2000", "--hosts", "30", "--users", "12",
+                            "--start", "2026-03-02T10:00:00Z", "--no-attacks", "--quiet", "--out", str(tmp_path / name),
+                            *extra], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return {p.name: p.read_bytes() for p in (tmp_path / name).iterdir()}
+
+    trained, fresh, other = run("a", "--seed", "1"), run("b", "--seed", "3", "--org-seed", "1"), run("c", "--seed", "3")
+    assert fresh["assets.jsonl"] == trained["assets.jsonl"] and fresh["users.jsonl"] == trained["users.jsonl"]
+    assert fresh["zeek.log"] != trained["zeek.log"] and fresh["syslog.log"] != trained["syslog.log"]
+    assert other["assets.jsonl"] != trained["assets.jsonl"]  # without it the seed builds another organization
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--events", "-5"], "--events must be positive"),
     (["--scenarios", "ssh_brute_force,nope"], "unknown scenario 'nope'"),
