@@ -6,6 +6,7 @@ samples whose answer is known, so a wrong count or a wrong verdict fails.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import logging
@@ -22,6 +23,8 @@ from nightjar.benchmarks.bench_soak import (
     dir_size,
     open_alerts_held,
     operator_state,
+    print_soak,
+    soak_result,
     table_files,
     verdicts,
 )
@@ -62,6 +65,45 @@ def test_small_absolute_changes_are_not_growth() -> None:
     rows = {r["figure"]: r for r in verdicts(samples, 600, 0.25)}
     assert rows["files events (active)"]["flat"]
     assert SLACK["files"] >= 2
+
+
+def _soak_args(**kw) -> argparse.Namespace:
+    base = {"hours": 1.5, "hosts": 300, "trigger": "1s", "upkeep_every": "10m", "warmup_minutes": 10.0,
+            "tolerance": 0.25, "table_minutes": 5.0}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _load() -> dict:
+    return {"start": [1.0, 1.0, 1.0], "end": [2.0, 2.0, 2.0], "mean_1m": 1.5, "max_1m": 2.0, "samples": 3, "cpus": 2}
+
+
+@pytest.mark.parametrize("stopped_early", [False, True])
+def test_a_soak_stopped_early_still_prints_its_table_and_verdicts(capsys: pytest.CaptureFixture[str],
+                                                                    stopped_early: bool) -> None:
+    """Ctrl-C after 40 of 90 minutes: the 40 minutes sampled are the result, printed and marked as cut short."""
+    from nightjar.benchmarks.bench_pipeline import Out
+
+    samples = [{**_sample(60.0 * i, 2000 + 40 * i, 5000), "produced": 1800 * i, "load_1m": 1.0} for i in range(41)]
+    result = soak_result(_soak_args(), samples, gen_s=40 * 60.0, missed=[], stop_rc=0, log_problems=[],
+                         load=_load(), stopped_early=stopped_early)
+    print_soak(Out(None), _soak_args(), result)
+    text = capsys.readouterr().out
+    assert result["events"] == 72_000 and result["events_per_s"] == 30.0 and result["stopped_early"] is stopped_early
+    assert ("0.67 h of 1.5 h (stopped early)" in text) is stopped_early
+    assert "72,000 events (30.0 events/s)" in text
+    assert "    40min     72,000" in text  # the table's last row is the last sample
+    assert "rss jvm" in text and "GROWS" in text and "all flat: no: rss jvm" in text
+
+
+def test_a_soak_stopped_during_warm_up_says_there_is_no_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    from nightjar.benchmarks.bench_pipeline import Out
+
+    samples = [{**_sample(60.0 * i, 2000, 5000), "produced": 100 * i, "load_1m": 1.0} for i in range(8)]
+    result = soak_result(_soak_args(), samples, 420.0, [], 0, [], _load(), stopped_early=True)
+    print_soak(Out(None), _soak_args(), result)
+    text = capsys.readouterr().out
+    assert result["verdicts"] == [] and "no verdict: fewer than 5 samples after the 10 min of warm-up" in text
+    assert "     7min        700" in text
 
 
 def test_table_files_counts_active_superseded_and_log_files(tmp_path: Path) -> None:

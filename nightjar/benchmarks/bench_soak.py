@@ -280,57 +280,88 @@ def soak(bench: Bench) -> dict[str, Any]:
     pipe = _start_pipeline(bench, settings, lake, "soak-run")
     sampler = SoakSampler(settings, lake, pipe.pid, bench.children.log("soak-run"))
     duration = args.hours * 3600
+    stopped_early = False
+    gen_t0 = time.time()
     try:
         Out.status(f"soak: generating at speedup 1, {args.hosts} hosts, for {args.hours:g} h")
-        gen_t0 = time.time()
         gen = bench.children.start("soak-generate", bench.generate_args(
             settings, "--speedup", "1", "--hosts", str(args.hosts), "--duration", str(duration)))
         sampler.t0 = gen_t0
         last = 0.0
-        while gen.poll() is None:
-            s = sampler.sample()
-            bench.children.remember()
-            if s is not None and time.monotonic() - last >= STATUS_EVERY_S:
-                last = time.monotonic()
-                Out.status(_status(s))
-            if pipe.poll() is not None:
-                bench.check_exit("soak-run", pipe.returncode)
-                raise UserError("the pipeline exited during the soak")
-            time.sleep(args.sample_seconds)
-        bench.check_exit("soak-generate", gen.returncode)
+        try:
+            while gen.poll() is None:
+                s = sampler.sample()
+                bench.children.remember()
+                if s is not None and time.monotonic() - last >= STATUS_EVERY_S:
+                    last = time.monotonic()
+                    Out.status(_status(s))
+                if pipe.poll() is not None:
+                    bench.check_exit("soak-run", pipe.returncode)
+                    raise UserError("the pipeline exited during the soak")
+                time.sleep(args.sample_seconds)
+            bench.check_exit("soak-generate", gen.returncode)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM after hours of run: the samples so far are the result, so report them (marked)
+            # instead of losing them; the children are stopped below as on a normal end.
+            stopped_early = True
+            Out.status(f"soak: stopped after {(time.time() - gen_t0) / 60:.1f} min; reporting what was sampled")
+            bench.children.stop("soak-generate")
         gen_s = time.time() - gen_t0
-        sampler.sample()
+        if not stopped_early:
+            sampler.sample()
     finally:
         sampler.close()
         bench.children.remember()
         stop_rc = bench.children.stop("soak-run")
-    samples = sampler.samples
+    result = soak_result(args, sampler.samples, gen_s, sampler.missed, stop_rc,
+                         _log_problems(bench.children.log("soak-run")), bench.load.summary(), stopped_early)
+    print_soak(out, args, result)
+    return result
+
+
+def soak_result(args: argparse.Namespace, samples: list[dict[str, Any]], gen_s: float, missed: list[str],
+                stop_rc: int | None, log_problems: list[str], load: dict[str, Any],
+                stopped_early: bool = False) -> dict[str, Any]:
+    """The soak's report: figures, samples and per-figure verdicts."""
     rows = verdicts(samples, args.warmup_minutes * 60, args.tolerance)
-    result = {
+    return {
         "hours": args.hours, "hosts": args.hosts, "trigger": args.trigger, "upkeep_every": args.upkeep_every,
-        "generator_s": round(gen_s, 1), "events": samples[-1]["produced"] if samples else 0,
+        "stopped_early": stopped_early, "generator_s": round(gen_s, 1),
+        "events": samples[-1]["produced"] if samples else 0,
         "events_per_s": round((samples[-1]["produced"] if samples else 0) / max(gen_s, 1e-9), 1),
         "samples": [{k: v for k, v in s.items() if k != "at"} for s in samples],
-        "verdicts": rows, "all_flat": all(r["flat"] for r in rows), "missed_samples": sampler.missed,
+        "verdicts": rows, "all_flat": all(r["flat"] for r in rows), "missed_samples": missed,
         "growing": [r["figure"] for r in rows if not r["flat"]],
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log("soak-run")),
-        "load_average": bench.load.summary(),
+        "log_problems": log_problems,
+        "load_average": load,
     }
-    out.say(f"\nsoak: {args.hours:g} h at speedup 1, {args.hosts} hosts: {result['events']:,} events "
+
+
+def print_soak(out: Out, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The table over time, the verdicts and the run's facts, as printed at the end of a soak."""
+    samples, rows = result["samples"], result["verdicts"]
+    ran = (f"{result['generator_s'] / 3600:.2f} h of {args.hours:g} h (stopped early)" if result["stopped_early"]
+           else f"{args.hours:g} h")
+    out.say(f"\nsoak: {ran} at speedup 1, {args.hosts} hosts: {result['events']:,} events "
             f"({result['events_per_s']:,.1f} events/s), trigger {args.trigger}, upkeep every {args.upkeep_every}")
+    if not samples:
+        out.say("  no sample was taken")
+        return
     _print_table(out, samples, args.table_minutes * 60)
-    _print_verdicts(out, rows, args.warmup_minutes, args.tolerance)
-    out.say(f"\n  all flat: {'yes' if result['all_flat'] else 'no: ' + ', '.join(result['growing'])}")
-    out.say(f"  pipeline stopped with SIGTERM: exit code {stop_rc}")
-    if sampler.missed:
-        out.say(f"  {len(sampler.missed)} sample(s) missed (the machine did not answer in time), first: "
-                f"{sampler.missed[0]}")
+    if not rows:
+        out.say(f"\n  no verdict: fewer than 5 samples after the {args.warmup_minutes:g} min of warm-up")
+    else:
+        _print_verdicts(out, rows, args.warmup_minutes, args.tolerance)
+        out.say(f"\n  all flat: {'yes' if result['all_flat'] else 'no: ' + ', '.join(result['growing'])}")
+    out.say(f"  pipeline stopped with SIGTERM: exit code {result['pipeline_exit_code_on_sigterm']}")
+    if result["missed_samples"]:
+        out.say(f"  {len(result['missed_samples'])} sample(s) missed (the machine did not answer in time), first: "
+                f"{result['missed_samples'][0]}")
     out.say(f"  {_load_text(result['load_average'])}")
     if result["log_problems"]:
         out.say(f"  pipeline log: {len(result['log_problems'])} warning/error line(s), first: "
                 f"{result['log_problems'][0][:200]}")
-    return result
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -357,7 +388,12 @@ def _validate(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     _validate(args)
 
-    def body(bench: Bench, report: dict[str, Any]) -> None:
-        report["soak"] = soak(bench)
+    stopped_early = False
 
-    return run_bench(args, settings, "soak", body, SoakBench)
+    def body(bench: Bench, report: dict[str, Any]) -> None:
+        nonlocal stopped_early
+        report["soak"] = soak(bench)
+        stopped_early = report["soak"]["stopped_early"]
+
+    rc = run_bench(args, settings, "soak", body, SoakBench)
+    return 130 if stopped_early else rc  # interrupted: the figures were printed, but the run is not the one asked for
