@@ -170,6 +170,8 @@ def test_open_alerts_held_reads_the_pipelines_own_log_lines(tmp_path: Path) -> N
         (["--hours", "1", "--warmup-minutes", "90"], "--warmup-minutes must be shorter than --hours"),
         (["--upkeep-every", "soon"], "--upkeep-every must be a duration like"),
         (["--hosts", "3"], "--hosts must be at least 12"),
+        (["--start", "yesterday"], "--start 'yesterday' is not an ISO 8601 time"),
+        (["--start", "2999-01-01T00:00:00Z"], "--start 2999-01-01T00:00:00Z is in the future"),
     ],
 )
 def test_bad_arguments_are_one_line_exit_2(args: list[str], message: str) -> None:

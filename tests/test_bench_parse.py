@@ -1,0 +1,41 @@
+"""``nightjar bench parse``: its batch figures on the test session's Spark, at a size whose answers are known.
+
+The rates themselves are a benchmark's business; here the workload, the quarantine count and the mode the parse is
+timed in are checked, so that the benchmark keeps measuring the parse the ingest query runs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from core.config import Settings
+from nightjar.benchmarks.bench_parse import BAD_LINES, batch_figures, workload
+
+
+def _args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{"skip_windows": False, "rounds": 1, **kw})
+
+
+def test_the_workload_mixes_syslog_zeek_and_the_asked_share_of_bad_lines() -> None:
+    records = workload(2000, bad_percent=5.0)
+    bad = sum(raw in BAD_LINES for _kind, raw in records)
+    assert len(records) == 2000 and 60 <= bad <= 140  # 5 % of 2,000, seeded
+    assert {kind for kind, _ in records} == {"syslog", "zeek"}
+
+
+@pytest.mark.parametrize("mode", ["interpreted", "codegen"])
+def test_batch_figures_quarantine_exactly_the_bad_lines_and_compare_windows_with_sshd(spark, mode: str,
+                                                                                         capsys) -> None:
+    from core.spark_session import INTERPRETED_PROJECTIONS, session_conf
+
+    records = workload(300, bad_percent=10.0)
+    bad = sum(raw in BAD_LINES for _kind, raw in records)
+    result: dict[str, object] = {"projections": mode}
+    lines: list[str] = []
+    with session_conf(spark, INTERPRETED_PROJECTIONS if mode == "interpreted" else {}):
+        batch_figures(_args(), Settings(), spark, records, result, lines.append)
+    assert bad > 0 and result["batch_quarantined"] == bad
+    assert result["batch_events_per_s"] > 0 and result["windows_events_per_s"] > 0 and result["sshd_events_per_s"] > 0
+    assert result["windows_to_sshd"] == pytest.approx(result["windows_events_per_s"] / result["sshd_events_per_s"])
+    assert f"{mode} projections" in lines[0] and any(line.startswith("Windows / sshd:") for line in lines)
