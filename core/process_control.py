@@ -5,8 +5,8 @@ Every long-running ``nightjar`` command (``demo``, ``dashboard``, ``broker``, ``
 Ctrl-C, and take down what it started: a child started in its own session (the broker, Streamlit, the demo's
 children) does not receive a signal sent to the command, so the command forwards it to the child's process group
 and waits. PySpark's Python worker daemons start process groups of their own, so a child's group does not cover
-them either: :func:`descendants` remembers the whole tree before stopping, and :func:`reap` makes sure each one is
-gone.
+them either: :func:`descendants` finds the whole tree before stopping, :func:`identify` remembers each process by pid and
+start time (a pid alone may be reused by the time it is checked), and :func:`reap` makes sure each one is gone.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -48,29 +48,62 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first), or None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None: with the pid, it names one process for good."""
+    fields = _stat(pid)
+    try:
+        return int(fields[19]) if fields else None  # field 22 of stat, "starttime"
+    except (ValueError, IndexError):
+        return None
+
+
+def identify(pids: Iterable[int]) -> dict[int, int]:
+    """``{pid: start time}`` of those of ``pids`` that run now.
+
+    Why: a pid is reused once its process is gone (pid_max is 32,768 on many machines, and a Spark run starts
+    thousands of processes), so a pid remembered minutes ago may name somebody else's process by the time it is
+    killed or checked; the start time tells the process that was seen from its successor."""
+    out = {}
+    for pid in pids:
+        started = start_time(pid)
+        if started is not None:
+            out[pid] = started
+    return out
+
+
+def alive(pid: int, started: int | None = None) -> bool:
+    """The process exists and is not a zombie (and, given ``started``, is the one that started then)."""
+    fields = _stat(pid)
+    if not fields or fields[0] == "Z":
         return False
+    return started is None or (len(fields) > 19 and fields[19] == str(started))
 
 
-def reap(pids: set[int], grace_s: float) -> None:
-    """Wait up to ``grace_s`` for ``pids`` to exit on their own (workers notice their JVM is gone), then kill the
-    rest and wait until they are gone."""
+def reap(procs: Mapping[int, int], grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``procs`` (``{pid: start time}``, from :func:`identify`) to exit on their own
+    (workers notice their JVM is gone), then kill the rest and wait until they are gone. A pid now held by another
+    process is left alone."""
     deadline = time.monotonic() + grace_s
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p, t) for p, t in procs.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = [p for p in pids if alive(p)]
-    for p in left:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    left = {p: t for p, t in procs.items() if alive(p, t)}
+    for p, t in left.items():
+        if alive(p, t):  # checked again just before: the smallest window for a reuse
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     deadline = time.monotonic() + 10
-    while any(alive(p) for p in left) and time.monotonic() < deadline:
+    while any(alive(p, t) for p, t in left.items()) and time.monotonic() < deadline:
         time.sleep(0.1)
     if left:
         log.info("killed %d leftover worker process(es)", len(left))

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from core.config import Settings
 from core.errors import UserError
-from core.process_control import alive
+from core.process_control import alive, start_time
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +92,20 @@ def worker_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _read_pid(path: Path) -> int | None:
+def _read_pid(path: Path) -> tuple[int, int | None] | None:
+    """(pid, start time) from a pid file; the start time is None in a file written before it was recorded."""
     try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
+        parts = path.read_text().split()
+        return int(parts[0]), (int(parts[1]) if len(parts) > 1 else None)
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def _running_pid(layout: ClusterLayout, name: str) -> int | None:
+    """The pid of ``name`` while the process its pid file names runs. A stale file (the machine rebooted, the
+    process died) may name a pid that another process holds now: the start time tells them apart."""
+    ref = _read_pid(layout.pid_file(name))
+    return ref[0] if ref and alive(*ref) else None
 
 
 def _start(layout: ClusterLayout, name: str, argv: list[str], env: dict[str, str]) -> int:
@@ -104,7 +113,8 @@ def _start(layout: ClusterLayout, name: str, argv: list[str], env: dict[str, str
         # Own session: the cluster outlives `nightjar cluster up` and a Ctrl-C in its terminal.
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, cwd=layout.state_dir)
-    layout.pid_file(name).write_text(f"{proc.pid}\n")
+    started = start_time(proc.pid)
+    layout.pid_file(name).write_text(f"{proc.pid} {started}\n" if started is not None else f"{proc.pid}\n")
     log.info("started %s (pid %d), log %s", name, proc.pid, layout.log_file(name))
     return proc.pid
 
@@ -125,7 +135,7 @@ def alive_workers(state: dict | None) -> int:
 def cluster_up(layout: ClusterLayout, workers: int = 2, cores: int = 1, memory: str = "1g",
                timeout: float = 180.0) -> str:
     """Start the master and ``workers`` workers; return the master URL once every worker registered."""
-    if any(alive(pid) for pid in (_read_pid(layout.pid_file(n)) for n in layout.names()) if pid):
+    if any(_running_pid(layout, n) for n in layout.names()):
         raise UserError(f"a cluster already runs from {layout.state_dir}: `nightjar cluster down` first")
     from ingest.embedded_broker import port_is_open
 
@@ -149,7 +159,7 @@ def cluster_up(layout: ClusterLayout, workers: int = 2, cores: int = 1, memory: 
                                        layout.master_url], env)
     deadline = time.monotonic() + timeout
     while alive_workers(master_state(layout)) < workers:
-        dead = [n for n in layout.names() if not alive(_read_pid(layout.pid_file(n)) or -1)]
+        dead = [n for n in layout.names() if not _running_pid(layout, n)]
         if dead:
             cluster_down(layout)
             raise UserError(f"{', '.join(dead)} exited on start; see {layout.log_file(dead[0])}")
@@ -162,15 +172,15 @@ def cluster_up(layout: ClusterLayout, workers: int = 2, cores: int = 1, memory: 
 
 def cluster_down(layout: ClusterLayout) -> list[str]:
     """Stop every process the state directory names (workers first); returns the names of those that ran."""
-    from core.process_control import descendants, reap
+    from core.process_control import descendants, identify, reap
 
     stopped = []
     names = sorted(layout.names(), key=lambda n: n == "master")  # workers first: no re-registration noise
-    tree: set[int] = set()
+    tree: dict[int, int] = {}
     for name in names:
-        pid = _read_pid(layout.pid_file(name))
-        if pid and alive(pid):
-            tree |= descendants(pid) | {pid}
+        pid = _running_pid(layout, name)
+        if pid:
+            tree |= identify(descendants(pid) | {pid})
             try:
                 os.killpg(pid, signal.SIGTERM)  # the group: spark-class's shell and its JVM
             except ProcessLookupError:
@@ -210,7 +220,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"stopped {', '.join(stopped)}" if stopped else f"no cluster runs from {layout.state_dir}", flush=True)
     else:
         state = master_state(layout)
-        running = [n for n in layout.names() if alive(_read_pid(layout.pid_file(n)) or -1)]
+        running = [n for n in layout.names() if _running_pid(layout, n)]
         if not running:
             print(f"no cluster runs from {layout.state_dir}")
             return 3

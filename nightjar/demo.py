@@ -23,7 +23,7 @@ from pathlib import Path
 from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_ALERTS, TABLE_BRONZE, TABLE_EVENTS, Settings
 from core.errors import UserError
 from core.lake import excluded_from_detection
-from core.process_control import descendants, reap, signal_group
+from core.process_control import descendants, identify, reap, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class _Children:
     def stop_all(self) -> None:
         # PySpark's Python worker daemons start their own process group, so signalling a child's group does not
         # reach them: remember every descendant now, and make sure each one is gone before the demo exits.
-        tree = {p for proc in self.procs.values() for p in descendants(proc.pid)}
+        tree = identify(p for proc in self.procs.values() for p in descendants(proc.pid))
         for name, proc in reversed(list(self.procs.items())):
             if proc.poll() is None:
                 log.info("stopping %s (pid %d)", name, proc.pid)

@@ -10,7 +10,6 @@ every run, not once in thirty.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from core.lake import is_delta_table
-from core.process_control import alive, descendants
+from core.process_control import alive, descendants, identify, reap
 from ingest.embedded_broker import free_port, port_is_open
 
 REPO = Path(__file__).resolve().parent.parent
@@ -128,7 +127,8 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log:
 def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120) -> dict[int, str]:
     """SIGTERM to the command only (as `kill PID`, systemd's or `docker stop`'s first signal): it must exit and leave
     no process it started. Returns the command lines of what it had started."""
-    started = {p: _cmd(p) for p in descendants(proc.pid)}
+    tree = identify(descendants(proc.pid))  # by pid and start time: a pid freed meanwhile may be reused
+    started = {p: _cmd(p) for p in tree}
     proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait(timeout)
@@ -137,11 +137,10 @@ def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120
         raise AssertionError(f"did not stop within {timeout:.0f}s of SIGTERM: {log.read_text()[-800:]}") from None
     assert code in (0, 130, -signal.SIGTERM), log.read_text()[-800:]
     deadline = time.monotonic() + 15
-    while any(alive(p) for p in started) and time.monotonic() < deadline:
+    while any(alive(p, t) for p, t in tree.items()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    left = [p for p in started if alive(p)]
-    for p in left:
-        os.kill(p, signal.SIGKILL)
+    left = [p for p, t in tree.items() if alive(p, t)]
+    reap({p: tree[p] for p in left}, grace_s=0)
     assert not left, f"left running after SIGTERM: {left}"
     return started
 

@@ -57,7 +57,10 @@ def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path
 
         up = nightjar("cluster", "up", *cluster, timeout=300)
         assert up.returncode == 0, up.stderr[-800:]
-        pids = {n: int((state / f"{n}.pid").read_text()) for n in ("master", "worker-1", "worker-2")}
+        # each pid file names its process by pid and start time (a pid alone may be another process's later)
+        pids = {n: tuple(int(x) for x in (state / f"{n}.pid").read_text().split()) for n in ("master", "worker-1",
+                                                                                              "worker-2")}
+        assert all(len(ref) == 2 and alive(*ref) for ref in pids.values()), pids
         try:
             master = up.stdout.split("master ", 1)[1].split()[0]
             assert master.startswith("spark://127.0.0.1:")
@@ -74,7 +77,7 @@ def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path
         finally:
             down = nightjar("cluster", "down", *cluster)
         assert down.returncode == 0, down.stderr[-500:]
-        assert not [n for n, pid in pids.items() if alive(pid)], "cluster down stops every JVM"
+        assert not [n for n, ref in pids.items() if alive(*ref)], "cluster down stops every JVM"
 
         # The same input in local mode (the test session's local[2] Spark).
         local = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "local-lake", shuffle_partitions=2,

@@ -14,34 +14,10 @@ from pathlib import Path
 import pytest
 
 from core.lake import is_delta_table, row_count
+from core.process_control import alive, descendants, identify
 from ingest.embedded_broker import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _descendants(pid: int) -> set[int]:
-    """PIDs whose ancestry reaches ``pid`` (from /proc), to prove no child survives."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - out
-        out |= frontier
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _cmdline(pid: int) -> str:
@@ -67,7 +43,7 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
          "--status-every", "5"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    seen_children: set[int] = set()
+    seen_children: dict[int, int] = {}  # pid -> start time: a pid freed during the run may be reused
     state = {"url_checked": False}
     lines: list[str] = []
 
@@ -92,9 +68,9 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
         while not (_rows(lake, "bronze") > 0 and _rows(lake, "events") > 0):
             assert proc.poll() is None, f"the demo exited early: {''.join(err_chunks)[-3000:]}"
             assert time.monotonic() < deadline, f"no events after 400 s: {''.join(lines)[-2000:]}"
-            seen_children |= _descendants(proc.pid)
+            seen_children |= identify(descendants(proc.pid))
             time.sleep(1)
-        seen_children |= _descendants(proc.pid)
+        seen_children |= identify(descendants(proc.pid))
     finally:
         proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=180)
@@ -106,7 +82,7 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     assert f"127.0.0.1:{broker_port}" in out and "nightjar.raw.syslog" in out and "nightjar.alerts" in out
     assert "demo stopped" in out
     assert len(seen_children) >= 4, "expected broker, generator, pipeline and dashboard processes"
-    survivors = [p for p in seen_children if _alive(p)]
+    survivors = [p for p, started in seen_children.items() if alive(p, started)]
     assert survivors == [], f"processes left behind: {[(p, _cmdline(p)) for p in survivors]}"
     # The generator seeded the reference tables and, stopped by SIGTERM, wrote its ground truth.
     assert row_count(lake, "assets") > 0 and row_count(lake, "networks") > 0

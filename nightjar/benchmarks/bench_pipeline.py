@@ -68,6 +68,7 @@ from core.config import (
     Settings,
 )
 from core.errors import UserError
+from core.process_control import descendants, identify, reap
 
 MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
 ML_ORDERS = ("without-first", "with-first")
@@ -187,7 +188,7 @@ class Children:
     def __init__(self, logs: Path) -> None:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen] = {}
-        self.seen: set[int] = set()
+        self.seen: dict[int, int] = {}  # pid -> start time of every descendant seen
 
     def start(self, name: str, args: list[str], stdout_file: bool = True) -> subprocess.Popen:
         log_path = self.logs / f"{name}.log"
@@ -205,14 +206,14 @@ class Children:
     def remember(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
-                self.seen |= _descendants(proc.pid)
+                self.seen |= identify(descendants(proc.pid))
 
     def stop(self, name: str, grace_s: float = STOP_GRACE_S) -> int | None:
         proc = self.procs.pop(name, None)
         if proc is None:
             return None
-        pids = _descendants(proc.pid) if proc.poll() is None else set()
-        self.seen |= pids
+        tree = identify(descendants(proc.pid)) if proc.poll() is None else {}
+        self.seen |= tree
         if proc.poll() is None:
             # SIGTERM to the command only, as `kill PID` or `docker stop` would: signalled too, the Spark JVM (same
             # process group) would run its shutdown hook and stop the SparkContext under the pipeline's own stop.
@@ -223,58 +224,22 @@ class Children:
                 Out.status(f"{name} (pid {proc.pid}) did not stop within {grace_s:.0f}s: killing it")
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-        _reap(pids)
+        reap(tree, grace_s=10.0)
         return proc.returncode
 
     def stop_all(self) -> None:
         self.remember()
         for name in reversed(list(self.procs)):
             self.stop(name)
-        _reap(self.seen)
-
-
-def _descendants(pid: int) -> set[int]:
-    import psutil
-
-    try:
-        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
-    except psutil.Error:
-        return set()
+        # Remembered by pid and start time: over an hours-long run pids are reused (pid_max is often 32,768), and a
+        # bare pid seen an hour ago killed another program's Spark JVM here.
+        reap(self.seen, grace_s=10.0)
 
 
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _reap(pids: set[int], grace_s: float = 10.0) -> None:
-    """Wait for ``pids`` to exit (workers notice their JVM is gone), then SIGKILL what is left."""
-    import psutil
-
-    def alive() -> list[psutil.Process]:
-        out = []
-        for p in pids:
-            try:
-                proc = psutil.Process(p)
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    out.append(proc)
-            except psutil.Error:
-                continue
-        return out
-
-    deadline = time.monotonic() + grace_s
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for proc in alive():
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    try:
-        psutil.wait_procs(alive(), timeout=10)
-    except (OSError, psutil.Error):  # gone between alive() and pidfd_open() (ENOENT seen here): nothing to wait for
         pass
 
 
