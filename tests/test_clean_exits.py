@@ -120,8 +120,16 @@ def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log:
         if proc.poll() is not None:
             raise AssertionError(f"{what}: the command exited early ({proc.returncode}): {log.read_text()[-800:]}")
         if time.monotonic() > deadline:
+            _kill_tree(proc)  # a failed test leaves nothing running on the shared cores (a pipeline ran on for 16 min)
             raise AssertionError(f"{what} did not happen within {timeout:.0f}s: {log.read_text()[-800:]}")
         time.sleep(0.3)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    tree = identify(descendants(proc.pid))
+    proc.kill()
+    proc.wait()
+    reap(tree, grace_s=0)
 
 
 def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120) -> dict[int, str]:
@@ -133,7 +141,7 @@ def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120
     try:
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _kill_tree(proc)
         raise AssertionError(f"did not stop within {timeout:.0f}s of SIGTERM: {log.read_text()[-800:]}") from None
     assert code in (0, 130, -signal.SIGTERM), log.read_text()[-800:]
     deadline = time.monotonic() + 15
