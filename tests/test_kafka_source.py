@@ -122,6 +122,34 @@ def test_true_end_offset_is_found_when_the_broker_reports_a_batch_base(settings,
         broker.close()
 
 
+def test_a_live_batch_reads_up_to_what_is_known_to_exist_when_the_end_is_not_found_in_time(settings, unique_topic):
+    """A broker too slow to show a partition's end within pollTimeoutMs: a live micro-batch goes on with an end that
+    exists (the next one reads the rest) instead of failing the query; a drain's fixed target still fails."""
+    ensure_topics(settings, (unique_topic,), partitions=1)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 200})
+    for i in range(250):
+        producer.produce(unique_topic, value=str(i).encode(), partition=0)
+    producer.flush(10)
+    slow = KafkaOptions.parse({"kafka.bootstrap.servers": settings.bootstrap_servers, "subscribe": unique_topic,
+                               "pollTimeoutMs": "0"})  # no time at all to read up to the end
+    broker = KafkaBroker(slow)
+    try:
+        _, reported = broker.earliest_and_reported_end(unique_topic, 0)
+        with pytest.raises(RuntimeError, match="timed out finding the end offset"):
+            broker.bounds({unique_topic: [0]})
+        _, ends = broker.bounds({unique_topic: [0]}, exact=False)
+        assert reported <= ends[unique_topic][0] <= 250 and broker.approximate == {(unique_topic, 0)}
+        assert (unique_topic, 0) not in broker._true_end_cache  # a lower bound is never taken for the end later
+    finally:
+        broker.close()
+    patient = KafkaBroker(KafkaOptions.parse({"kafka.bootstrap.servers": settings.bootstrap_servers,
+                                              "subscribe": unique_topic}))
+    try:
+        assert patient.bounds({unique_topic: [0]}, exact=False)[1][unique_topic][0] == 250 and not patient.approximate
+    finally:
+        patient.close()
+
+
 def test_cap_spreads_the_limit_in_proportion_to_backlog_and_reads_exactly_the_limit():
     begin = {"t": {0: 0, 1: 100, 2: 50}}
     ends = {"t": {0: 600, 1: 400, 2: 50}}
