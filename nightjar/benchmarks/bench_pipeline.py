@@ -68,7 +68,7 @@ from core.config import (
     Settings,
 )
 from core.errors import UserError
-from core.process_control import descendants, identify, reap
+from core.process_control import descendants, identify, reap, signal_group
 
 MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
 ML_ORDERS = ("without-first", "with-first")
@@ -222,7 +222,7 @@ class Children:
                 proc.wait(grace_s)
             except subprocess.TimeoutExpired:
                 Out.status(f"{name} (pid {proc.pid}) did not stop within {grace_s:.0f}s: killing it")
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
         proc.wait()
         reap(tree, grace_s=10.0)
         return proc.returncode
@@ -234,13 +234,6 @@ class Children:
         # Remembered by pid and start time: over an hours-long run pids are reused (pid_max is often 32,768), and a
         # bare pid seen an hour ago killed another program's Spark JVM here.
         reap(self.seen, grace_s=10.0)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _rss(pid: int) -> dict[str, Any]:
