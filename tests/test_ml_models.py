@@ -125,6 +125,24 @@ def test_a_model_without_the_learned_prevalence_is_refused_as_another_feature_se
         check_compatible(meta, behaviour_model.MODEL_FEATURES)
 
 
+
+def test_a_model_that_learned_another_window_span_is_refused():
+    """The same feature names over hourly rows (the artifacts before three-hour windows) are another feature set:
+    a baseline of hourly maxima would call every busy three hours an anomaly."""
+    import sklearn
+
+    from alerts.ml.features import SLIDE, WINDOW
+    from alerts.ml.ml_scoring import MODEL_FEATURES
+    from alerts.ml.model_store import check_compatible
+
+    assert behaviour_model.SIGNATURE[-1] == f"window {WINDOW} every {SLIDE}"
+    assert MODEL_FEATURES["behaviour"] == behaviour_model.SIGNATURE
+    hourly = {"name": "behaviour", "version": "v0001", "sklearn_version": sklearn.__version__,
+              "feature_digest": feature_digest(behaviour_model.MODEL_FEATURES)}
+    with pytest.raises(ModelRefused, match="another feature set.*retrain"):
+        check_compatible(hourly, behaviour_model.SIGNATURE)
+    check_compatible({**hourly, "feature_digest": feature_digest(behaviour_model.SIGNATURE)}, behaviour_model.SIGNATURE)
+
 def test_the_threshold_sits_above_all_but_the_false_alert_budget_of_held_out_scores():
     held = [18.0, 9.0, 5.0, 4.0, 1.0]
     # half a day at 3 false alerts a day: one held-out hour may be above, the next sets the threshold (+1 margin)

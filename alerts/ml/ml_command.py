@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from alerts.ml import behaviour_model, domain_model
+from alerts.ml.features import SLIDE_SECONDS
 from alerts.ml.model_store import ModelRefused, feature_digest, load, read_metadata, save, versions
 from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, ML_MODELS, Settings
 from core.errors import UserError
@@ -82,7 +83,10 @@ def _split(features: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _span_days(features: pd.DataFrame) -> float:
     if not len(features):
         return 0.0
-    span = pd.Timestamp(features["window_end"].max()) - pd.Timestamp(features["window_start"].min())
+    # from the first window's close less one slide (where the events start) to the last close: sliding windows
+    # start up to WINDOW before the first event
+    span = (pd.Timestamp(features["window_end"].max()) - pd.Timestamp(features["window_end"].min())
+            + pd.Timedelta(seconds=SLIDE_SECONDS))
     return max(span.total_seconds() / 86400.0, 1 / 24)
 
 
@@ -132,7 +136,7 @@ def train_on_features(settings: Settings, features: pd.DataFrame, names: list[st
     _progress(f"fitting the behavioural model on {len(features):,} entity-hours")
     bundle, metrics = fit_behaviour(features)
     saved = [save(settings.lake, ML_BEHAVIOUR_MODEL, bundle, {
-        "features": list(behaviour_model.MODEL_FEATURES), "feature_digest": feature_digest(behaviour_model.MODEL_FEATURES),
+        "features": list(behaviour_model.SIGNATURE), "feature_digest": feature_digest(behaviour_model.SIGNATURE),
         "training_window": window, "threshold": bundle["threshold"], "metrics": metrics,
         "kind": "per-entity baseline (training max, MAD of log1p), max one-sided z"})]
     _progress(f"fitting the domain model on {len(names):,} benign names")

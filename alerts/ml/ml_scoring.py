@@ -37,7 +37,7 @@ QUERY_ML = "ml"
 APP_ID = f"nightjar.{QUERY_ML}"
 SCHEDULER_POOL = "ml"  # a pool of core/resources/fairscheduler.xml
 POOL_PROPERTY = "spark.scheduler.pool"
-BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.MODEL_FEATURES
+BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.SIGNATURE
 DOMAIN_FEATURES: tuple[str, ...] = domain_model.LEXICAL_FEATURES
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {ML_BEHAVIOUR_MODEL: BEHAVIOUR_FEATURES,
                                               ML_DOMAIN_MODEL: DOMAIN_FEATURES}
