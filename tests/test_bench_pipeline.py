@@ -17,6 +17,7 @@ from tests.cli_process import NIGHTJAR, REPO, run_nightjar
 
 
 @pytest.mark.slow
+@pytest.mark.bench  # 8 min quiet on 2 cores (two Spark applications and a drain): on demand, `scripts/test -m bench`
 @pytest.mark.timeout(2400)  # two Spark applications and a pipeline run: minutes on a busy 2-core machine
 def test_drained_tiny_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

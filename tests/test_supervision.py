@@ -125,7 +125,7 @@ def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no
     assert health_now["last_batch_at"] is not None and health_now["last_alert_at"] is not None
 
 
-@pytest.mark.parametrize("max_offsets", [7, 1_000])
+@pytest.mark.parametrize("max_offsets", [20, 1_000])  # 20: 4 batches, the scan split across them
 def test_a_drain_writes_every_event_and_alerts_on_a_scan_by_a_host_without_a_lease(spark, own_broker, tmp_path,
                                                                                    max_offsets):
     """A vertical scan by 10.10.1.77 (in a DHCP zone, no lease ever logged) and later filler, replayed alone: every
