@@ -24,6 +24,7 @@ def test_the_workload_mixes_syslog_zeek_and_the_asked_share_of_bad_lines() -> No
     assert {kind for kind, _ in records} == {"syslog", "zeek"}
 
 
+@pytest.mark.bench  # 73 s quiet on 2 cores (three timed parses): on demand, `scripts/test -m bench`
 def test_batch_figures_quarantine_exactly_the_bad_lines_and_compare_windows_with_sshd(spark) -> None:
     from core.spark_session import INTERPRETED_PROJECTIONS, session_conf
 
