@@ -125,7 +125,6 @@ def test_a_model_without_the_learned_prevalence_is_refused_as_another_feature_se
         check_compatible(meta, behaviour_model.MODEL_FEATURES)
 
 
-
 def test_a_model_that_learned_another_window_span_is_refused():
     """The same feature names over hourly rows (the artifacts before three-hour windows) are another feature set:
     a baseline of hourly maxima would call every busy three hours an anomaly."""

@@ -30,9 +30,11 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from core.durations import parse_duration
+
 WINDOW = "3 hours"  # what a row covers (see the module docstring)
 SLIDE = "1 hour"  # how often a row closes: the alert delay
-SLIDE_SECONDS = 3600
+SLIDE_SECONDS = parse_duration(SLIDE, "features.SLIDE")
 ENTITY_HOST, ENTITY_USER = "host", "user"
 # Ports of remote administration and file sharing: the paths of lateral movement (SSH, RPC, SMB, RDP, WinRM).
 ADMIN_PORTS = (22, 135, 139, 445, 3389, 5985, 5986)
