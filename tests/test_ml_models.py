@@ -126,20 +126,24 @@ def test_a_model_without_the_learned_prevalence_is_refused_as_another_feature_se
 
 
 def test_a_model_that_learned_another_window_span_is_refused():
-    """The same feature names over hourly rows (the artifacts before three-hour windows) are another feature set:
-    a baseline of hourly maxima would call every busy three hours an anomaly."""
+    """The same feature names over other spans (hourly rows, or every feature over three hours) are another
+    feature set: a baseline of three-hour maxima would miss an hour's upload, one of hourly peers would call every
+    three hours' peers new."""
     import sklearn
 
-    from alerts.ml.features import SLIDE, WINDOW
+    from alerts.ml.features import SLIDE, WINDOW, WINDOW_SETS
     from alerts.ml.ml_scoring import MODEL_FEATURES
     from alerts.ml.model_store import check_compatible
 
-    assert behaviour_model.SIGNATURE[-1] == f"window {WINDOW} every {SLIDE}"
+    assert behaviour_model.SIGNATURE[-1] == f"{', '.join(WINDOW_SETS)} over {WINDOW}, the rest over the last {SLIDE}"
     assert MODEL_FEATURES["behaviour"] == behaviour_model.SIGNATURE
     hourly = {"name": "behaviour", "version": "v0001", "sklearn_version": sklearn.__version__,
               "feature_digest": feature_digest(behaviour_model.MODEL_FEATURES)}
-    with pytest.raises(ModelRefused, match="another feature set.*retrain"):
-        check_compatible(hourly, behaviour_model.SIGNATURE)
+    every_feature_three_hours = {**hourly, "feature_digest": feature_digest(
+        (*behaviour_model.MODEL_FEATURES, "window 3 hours every 1 hour"))}
+    for old in (hourly, every_feature_three_hours):
+        with pytest.raises(ModelRefused, match="another feature set.*retrain"):
+            check_compatible(old, behaviour_model.SIGNATURE)
     check_compatible({**hourly, "feature_digest": feature_digest(behaviour_model.SIGNATURE)}, behaviour_model.SIGNATURE)
 
 def test_the_threshold_sits_above_all_but_the_false_alert_budget_of_held_out_scores():

@@ -76,6 +76,39 @@ def test_entropy_in_spark_sql_is_shannon_entropy(spark):
     assert [round(r.h, 9) for r in got] == [round(_entropy(w), 9) for w in words]
 
 
+EVENT_DDL = ("`@timestamp` timestamp, event struct<id:string,dataset:string,action:string,outcome:string>, "
+             "network struct<direction:string>, source struct<ip:string,bytes:bigint>, "
+             "destination struct<ip:string,port:int,bytes:bigint,geo:struct<country_iso_code:string>>, "
+             "dns struct<question:struct<name:string>>, host struct<name:string,hostname:string,ip:array<string>,"
+             "mac:string>, user struct<name:string>, process struct<name:string>")
+
+
+def test_admin_peers_span_three_hours_every_other_feature_the_rows_last_hour(spark):
+    """Slow lateral movement spreads its peers over hours, so a row's peers are its three hours'; volumes and the
+    other sets are its last hour's (an upload is judged against the entity's busiest hour), and a window whose last
+    hour holds no event of the entity has no row."""
+    def conn(eid: str, hh: int, mm: int, dst: str, port: int, direction: str, out_bytes: int) -> tuple:
+        return (dt.datetime(2026, 1, 5, hh, mm), (eid, "zeek.conn", None, None), (direction,),
+                ("10.10.0.5", out_bytes), (dst, port, 0, ("DE" if direction == "outbound" else None,)), (None,),
+                ("ws-1", None, None, None), (None,), (None,))
+
+    rows = [conn("a", 10, 5, "10.30.0.1", 445, "internal", 0), conn("b", 10, 10, "203.0.113.9", 443, "outbound", 1_000),
+            conn("c", 10, 40, "10.30.0.2", 3389, "internal", 0), conn("d", 11, 20, "10.30.0.3", 445, "internal", 0),
+            conn("e", 11, 30, "203.0.113.9", 443, "outbound", 2_000)]
+    got = {r.window_end.hour: r for r in entity_features(spark.createDataFrame(rows, EVENT_DDL)).collect()}
+    # windows ending 11:00, 12:00 and 13:00 hold events; the one ending 13:00 has none in 12:00-13:00, so no row
+    assert sorted(got) == [11, 12]
+    assert got[11].window_start.hour == 8 and got[12].window_start.hour == 9
+    assert got[11].peers == ["10.30.0.1", "10.30.0.2"] and got[12].peers == ["10.30.0.1", "10.30.0.2", "10.30.0.3"]
+    assert (got[11].bytes_out, got[12].bytes_out) == (1_000.0, 2_000.0)  # each its last hour's upload only
+    assert (got[11].events, got[12].events) == (3.0, 2.0)
+    assert (got[11].admin_port_peers, got[12].admin_port_peers) == (2.0, 1.0)  # a count: the last hour's
+    assert (got[11].countries, got[12].countries) == (["DE"], ["DE"])
+    # what the row's features describe: first and last of those events, their ids as evidence
+    assert (got[12].first_seen.hour, got[12].first_seen.minute) == (10, 5)
+    assert sorted(got[12].evidence) == ["a", "c", "d", "e"]
+
+
 def _key(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     for c in ("peers", "countries", "login_machines", "login_hosts", "domains", "evidence"):

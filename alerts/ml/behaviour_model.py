@@ -28,15 +28,16 @@ from sklearn.compose import ColumnTransformer
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer
 
-from alerts.ml.features import COUNT_FEATURES, SLIDE, WINDOW
+from alerts.ml.features import COUNT_FEATURES, SLIDE, WINDOW, WINDOW_SETS
 
 # The first-seen counters: hour's set column -> the counter derived against the entity's training history.
 NEW_FEATURES: dict[str, str] = {"peers": "new_rare_admin_peers", "countries": "new_countries",
                                 "login_machines": "new_login_machines", "login_hosts": "new_rare_login_hosts"}
 MODEL_FEATURES: tuple[str, ...] = (*COUNT_FEATURES, *NEW_FEATURES.values())
-# What an artifact must have been trained on: the features and the span a row covers (a model that learned
-# hourly maxima must not judge three-hour rows), as one list for the artifact's feature digest.
-SIGNATURE: tuple[str, ...] = (*MODEL_FEATURES, f"window {WINDOW} every {SLIDE}")
+# What an artifact must have been trained on: the features and the span each covers (a model that learned
+# three-hour maxima must not judge hourly volumes, nor hourly peers three-hour sets), as one list for the
+# artifact's feature digest.
+SIGNATURE: tuple[str, ...] = (*MODEL_FEATURES, f"{', '.join(WINDOW_SETS)} over {WINDOW}, the rest over the last {SLIDE}")
 ENTITY_KEY = "entity_key"  # "<type>:<value>"
 MIN_SCALE = 0.5  # log units (≈ ×1.65) — an entity that never varies must not alert on the smallest change
 NEW_SCALE = 0.5  # one first-seen item is two z units of surprise; thresholds are calibrated on held-out history
