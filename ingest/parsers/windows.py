@@ -29,6 +29,7 @@ arrays); no Python UDF.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pyspark.sql import Column
@@ -467,7 +468,8 @@ def add_match(df, sys: Column, j: Column):
         F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)).alias("provider"),
     )).alias("_win"),
         pre.getField("cut").alias("_wcut"),
-        F.when(present, _slot_mask(given_id, title)).alias("_wslots"),
+        # The slots still to read from the text: the event's slots less those the JSON gives (null: not Windows).
+        F.when(present, _slot_mask(given_id, title).bitwiseAND(F.bitwise_not(_json_slots(j)))).alias("_wslots"),
         # Text containing the group separator keeps the per-slot regexes (same values); tested once per row.
         (present & ~pre.getField("cut").contains(_GROUP_SEP)).alias("_wplain"))
     w = F.col("_win")
@@ -497,21 +499,39 @@ def add_match(df, sys: Column, j: Column):
         # raw value ("" for no match) is materialized and only then compared with "": nullif(regexp_extract(…))
         # in place would run the regex twice (nullif becomes if(x = '', null, x), and Spark's common-subexpression
         # elimination does not look inside CASE branches, where every slot expression sits).
-        value = F.when(cut.contains(gate), F.regexp_extract(cut, r, 1))
+        value = F.regexp_extract(cut, r, 1)
         section = sections.get((name, r))
-        value = value if section is None else F.when(by_sections, section).otherwise(value)
-        return F.when(json_value(name).isNull() & wanted((name,)), value)
+        value = (F.when(cut.contains(gate), value) if section is None
+                 else F.when(by_sections, section).when(cut.contains(gate), value))
+        # One bit test per entry: _wslots is null on other rows and has no bit for a slot the JSON gives.
+        return F.when(wanted((name,)), value)
 
     entries = {name: [_entry_column(name, k) for k in range(len(SLOTS[name]))] for name in SLOTS}
-    df = df.select("*", *[
-        F.when(w.isNotNull(), raw_entry(name, gate, r)).alias(entries[name][k])
-        for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])
+    df = df.select("*", *[raw_entry(name, gate, r).alias(entries[name][k])
+                          for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])
 
     def from_text(name: str) -> Column:
         return F.coalesce(*[F.nullif(F.col(e), F.lit("")) for e in entries[name]])
 
-    return df.select("*", *[F.when(w.isNotNull(), V.blank_to_null(F.coalesce(json_value(n), from_text(n))))
-                            .alias(_slot_column(n)) for n in SLOTS])
+    # A slot's value is its text entries' (when its bit is set, the JSON lacks it) or else the JSON's: the same as
+    # blank_to_null(coalesce(json, text)), as the entries are null when the bit is not set, and the text chain is
+    # walked only for the slots the event has (the chain's coalesce of nullifs is read twice per value, not three
+    # times: one trim, tested against both blanks at once).
+    return df.select("*", *[F.when(wanted((n,)), _blank_to_null(from_text(n)))
+                            .when(w.isNotNull(), _blank_to_null(json_value(n))).alias(_slot_column(n))
+                            for n in SLOTS])
+
+
+def _json_slots(j: Column) -> Column:
+    """The mask bits of the slots the JSON ``j`` gives (a non-null value under the slot's name); 0 without JSON."""
+    bits = [F.when(F.try_element_at(j, F.lit(name)).isNotNull(), F.lit(bit)).otherwise(F.lit(0))
+            for name, bit in _SLOT_BIT.items()]
+    return F.when(j.isNull(), F.lit(0)).otherwise(functools.reduce(Column.bitwiseOR, bits))
+
+
+def _blank_to_null(text: Column) -> Column:
+    """:func:`values.blank_to_null` with one ``trim`` per row (``text`` is read twice, not three times)."""
+    return F.when(~F.trim(text).isin("", "-"), text)
 
 
 def _section_column(section: Section) -> str:
