@@ -450,10 +450,12 @@ def _title_case(text: Column, titles: list[tuple[int, Title]], words: int) -> Co
 
 def add_match(df, sys: Column, j: Column):
     """Internal columns of Windows rows (null for other rows), each step materialized so that no regular
-    expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (event id, channel,
-    provider) with ``_wcut`` (the text cut before Windows' explanations), ``_wslots`` and ``_wplain``,
-    ``_ws_<section>`` (a section's groups), ``_wt_<slot>_<k>`` (each label regex's raw value, only where the JSON
-    lacks the slot) and ``_wd_<slot>`` (the slots, JSON first; "-" and blanks are null). These are top-level
+    expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (true: a Windows row)
+    with ``_wcode``/``_wchannel``/``_wprovider``, ``_wcut`` (the text cut before Windows' explanations),
+    ``_wslots`` (the slots to read from the text) and ``_wplain``, ``_ws_<section>`` (a section's groups) with the
+    event id's flags for :func:`fields` (``_wevent``, ``_wsubj_tgt``, ``_wgroup``, ``_waccount``),
+    ``_wt_<slot>_<k>`` (each label regex's raw value, only where the JSON lacks the slot) and ``_wd_<slot>`` (the
+    slots, JSON first; "-" and blanks are null). These are top-level
     columns, not fields of a struct: Spark reads a struct field through a new row object each time, and the slots
     are read hundreds of times per Windows row."""
     body = sys.getField("body")
