@@ -29,6 +29,7 @@ arrays); no Python UDF.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from pyspark.sql import Column
@@ -414,24 +415,47 @@ def _first_key(j: Column, keys: tuple[str, ...]) -> Column:
 
 
 def _title_index(text: Column) -> Column:
-    """1-based index into :data:`TITLES` of the rendered title ``text`` starts with; null when none."""
+    """1-based index into :data:`TITLES` of the rendered title ``text`` starts with; null when none.
+
+    The titles are tried in their order within groups of the same first words (``An …``, ``A user …``, ``Task …``):
+    a text starts with at most one group's words, so a row tests its group's titles, not all ~80 in turn (a text
+    that is no title, such as JSON's empty one, tests one word per group)."""
+    return _title_case(text, list(enumerate(TITLES, start=1)), 1)
+
+
+def _title_case(text: Column, titles: list[tuple[int, Title]], words: int) -> Column:
+    groups: dict[str, list[tuple[int, Title]]] = {}
+    for i, t in titles:
+        parts = t.prefix.split(" ")
+        # Grouped by the title's first ``words`` words and the space after them (every title has one after its first).
+        key = " ".join(parts[:words]) + " " if len(parts) > words else None
+        groups.setdefault(key, []).append((i, t))
+    if None in groups or len(titles) <= 4 or len(groups) == 1 and words > 1:
+        case = None
+        for i, t in titles:
+            cond = text.startswith(t.prefix)
+            if t.contains:
+                cond = cond & text.contains(t.contains)
+            if t.regex:
+                cond = cond & text.rlike(f"^(?:{t.regex})")
+            case = F.when(cond, F.lit(i)) if case is None else case.when(cond, F.lit(i))
+        return case
     case = None
-    for i, t in enumerate(TITLES, start=1):
-        cond = text.startswith(t.prefix)
-        if t.contains:
-            cond = cond & text.contains(t.contains)
-        if t.regex:
-            cond = cond & text.rlike(f"^(?:{t.regex})")
-        case = F.when(cond, F.lit(i)) if case is None else case.when(cond, F.lit(i))
+    for key, members in groups.items():
+        value = _title_case(text, members, words + 1) if len(members) > 1 else _title_case(text, members, 99)
+        cond = text.startswith(key)
+        case = F.when(cond, value) if case is None else case.when(cond, value)
     return case
 
 
 def add_match(df, sys: Column, j: Column):
     """Internal columns of Windows rows (null for other rows), each step materialized so that no regular
-    expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (event id, channel,
-    provider) with ``_wcut`` (the text cut before Windows' explanations), ``_wslots`` and ``_wplain``,
-    ``_ws_<section>`` (a section's groups), ``_wt_<slot>_<k>`` (each label regex's raw value, only where the JSON
-    lacks the slot) and ``_wd_<slot>`` (the slots, JSON first; "-" and blanks are null). These are top-level
+    expression runs twice: ``_wtext`` (the rendered text, whitespace collapsed), ``_win`` (true: a Windows row)
+    with ``_wcode``/``_wchannel``/``_wprovider``, ``_wcut`` (the text cut before Windows' explanations),
+    ``_wslots`` (the slots to read from the text) and ``_wplain``, ``_ws_<section>`` (a section's groups) with the
+    event id's flags for :func:`fields` (``_wevent``, ``_wsubj_tgt``, ``_wgroup``, ``_waccount``),
+    ``_wt_<slot>_<k>`` (each label regex's raw value, only where the JSON lacks the slot) and ``_wd_<slot>`` (the
+    slots, JSON first; "-" and blanks are null). These are top-level
     columns, not fields of a struct: Spark reads a struct field through a new row object each time, and the slots
     are read hundreds of times per Windows row."""
     body = sys.getField("body")
@@ -461,13 +485,16 @@ def add_match(df, sys: Column, j: Column):
     present = pre.isNotNull()
     # Flat columns, not struct fields: a struct field is read through a new row object per read (getStruct), and
     # the text, mask and slots below are read ~300 times per Windows row.
-    df = df.select("*", F.when(present, F.struct(
-        F.coalesce(given_id, _lookup([t.event_id for t in TITLES], title)).alias("code"),
-        F.coalesce(pre.getField("given_channel"), _lookup([t.channel for t in TITLES], title)).alias("channel"),
-        F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)).alias("provider"),
-    )).alias("_win"),
+    df = df.select(
+        "*", F.when(present, F.lit(True)).alias("_win"),
+        F.when(present, F.coalesce(given_id, _lookup([t.event_id for t in TITLES], title))).alias("_wcode"),
+        F.when(present, F.coalesce(pre.getField("given_channel"), _lookup([t.channel for t in TITLES], title)))
+        .alias("_wchannel"),
+        F.when(present, F.coalesce(_first_key(j, _PROVIDER_KEYS), _lookup([t.provider for t in TITLES], title)))
+        .alias("_wprovider"),
         pre.getField("cut").alias("_wcut"),
-        F.when(present, _slot_mask(given_id, title)).alias("_wslots"),
+        # The slots still to read from the text: the event's slots less those the JSON gives (null: not Windows).
+        F.when(present, _slot_mask(given_id, title).bitwiseAND(F.bitwise_not(_json_slots(j)))).alias("_wslots"),
         # Text containing the group separator keeps the per-slot regexes (same values); tested once per row.
         (present & ~pre.getField("cut").contains(_GROUP_SEP)).alias("_wplain"))
     w = F.col("_win")
@@ -486,9 +513,16 @@ def add_match(df, sys: Column, j: Column):
     # Each section regex runs once (materialized in _ws_<section>), only when the event has one of its slots and
     # its start is in the text.
     by_sections = F.col("_wplain")
+    code = F.col("_wcode")
     df = df.select("*", *[
         F.when(by_sections & wanted(sec.replaces) & cut.contains(sec.gate), _section_groups(cut, sec))
-        .alias(_section_column(sec)) for sec in SECTIONS])
+        .alias(_section_column(sec)) for sec in SECTIONS],
+        # What fields() asks of the event id, once per row (each was read through a common-subexpression cache,
+        # a hash lookup per read in interpreted projections).
+        F.array_position(F.array(*[F.lit(i) for i in EVENTS]), code).cast("int").alias("_wevent"),
+        (code.isin(*_SUBJECT_IS_TARGET) & j.isNull()).alias("_wsubj_tgt"),
+        code.isin(*_GROUP_EVENTS).alias("_wgroup"),
+        code.isin(*_ACCOUNT_EVENTS).alias("_waccount"))
     sections = {(slot, regex): _section_value(F.col(_section_column(sec)), sec, slot)
                 for sec in SECTIONS for slot, regex in sec.replaces.items()}
 
@@ -497,21 +531,40 @@ def add_match(df, sys: Column, j: Column):
         # raw value ("" for no match) is materialized and only then compared with "": nullif(regexp_extract(…))
         # in place would run the regex twice (nullif becomes if(x = '', null, x), and Spark's common-subexpression
         # elimination does not look inside CASE branches, where every slot expression sits).
-        value = F.when(cut.contains(gate), F.regexp_extract(cut, r, 1))
+        value = F.regexp_extract(cut, r, 1)
         section = sections.get((name, r))
-        value = value if section is None else F.when(by_sections, section).otherwise(value)
-        return F.when(json_value(name).isNull() & wanted((name,)), value)
+        value = (F.when(cut.contains(gate), value) if section is None
+                 else F.when(by_sections, section).when(cut.contains(gate), value))
+        # One bit test per entry: _wslots is null on other rows and has no bit for a slot the JSON gives.
+        return F.when(wanted((name,)), value)
 
     entries = {name: [_entry_column(name, k) for k in range(len(SLOTS[name]))] for name in SLOTS}
-    df = df.select("*", *[
-        F.when(w.isNotNull(), raw_entry(name, gate, r)).alias(entries[name][k])
-        for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])
+    df = df.select("*", *[raw_entry(name, gate, r).alias(entries[name][k])
+                          for name in SLOTS for k, (gate, r) in enumerate(map(_gated, SLOTS[name]))])
 
     def from_text(name: str) -> Column:
         return F.coalesce(*[F.nullif(F.col(e), F.lit("")) for e in entries[name]])
 
-    return df.select("*", *[F.when(w.isNotNull(), V.blank_to_null(F.coalesce(json_value(n), from_text(n))))
-                            .alias(_slot_column(n)) for n in SLOTS])
+    # A slot's value is its text entries' (when its bit is set, the JSON lacks it) or else the JSON's: the same as
+    # blank_to_null(coalesce(json, text)), as the entries are null when the bit is not set, and the text chain is
+    # walked only for the slots the event has (the chain's coalesce of nullifs is read twice per value, not three
+    # times: one trim, tested against both blanks at once).
+    return df.select("*", *[F.when(wanted((n,)), _blank_to_null(from_text(n)))
+                            .when(w.isNotNull() & j.isNotNull(), _blank_to_null(json_value(n)))
+                            .alias(_slot_column(n))
+                            for n in SLOTS])
+
+
+def _json_slots(j: Column) -> Column:
+    """The mask bits of the slots the JSON ``j`` gives (a non-null value under the slot's name); 0 without JSON."""
+    bits = [F.when(F.try_element_at(j, F.lit(name)).isNotNull(), F.lit(bit)).otherwise(F.lit(0))
+            for name, bit in _SLOT_BIT.items()]
+    return F.when(j.isNull(), F.lit(0)).otherwise(functools.reduce(Column.bitwiseOR, bits))
+
+
+def _blank_to_null(text: Column) -> Column:
+    """:func:`values.blank_to_null` with one ``trim`` per row (``text`` is read twice, not three times)."""
+    return F.when(~F.trim(text).isin("", "-"), text)
 
 
 def _section_column(section: Section) -> str:
@@ -616,16 +669,15 @@ def _split_account(account: Column) -> tuple[Column, Column]:
 
 def fields(j: Column) -> Fields:
     """ECS fields of Windows rows (null elsewhere)."""
-    w = F.col("_win")
-    present = w.isNotNull()
-    code = w.getField("code")
-    channel = w.getField("channel")
+    present = F.col("_win").isNotNull()
+    code = F.col("_wcode")
+    channel = F.col("_wchannel")
+    provider = F.col("_wprovider")
 
     def s(name: str) -> Column:
         return F.col(_slot_column(name))
 
-    ids = list(EVENTS)
-    idx = F.array_position(F.array(*[F.lit(i) for i in ids]), code).cast("int")
+    idx = F.col("_wevent")
     events = list(EVENTS.values())
     category = _lookup([e.category for e in events], idx, "array<string>")
     etype = _lookup([e.type for e in events], idx, "array<string>")
@@ -633,7 +685,7 @@ def fields(j: Column) -> Fields:
     table_outcome = _lookup([e.outcome for e in events], idx)
     role = _lookup([e.user for e in events], idx)
 
-    subject_is_target = code.isin(*_SUBJECT_IS_TARGET) & j.isNull()
+    subject_is_target = F.col("_wsubj_tgt")
     subj_name = F.when(~subject_is_target, s("SubjectUserName"))
     subj_domain = F.when(~subject_is_target, s("SubjectDomainName"))
     subj_sid = F.when(~subject_is_target, s("SubjectUserSid"))
@@ -646,8 +698,8 @@ def fields(j: Column) -> Fields:
     tgt_short, tgt_realm = _split_account(tgt_name)
 
     is_target = F.coalesce(role == F.lit("target"), subj_name.isNull() & tgt_name.isNotNull())
-    is_group = code.isin(*_GROUP_EVENTS)
-    is_account = code.isin(*_ACCOUNT_EVENTS)
+    is_group = F.col("_wgroup")
+    is_account = F.col("_waccount")
     is_4688 = code == F.lit("4688")
     is_4648 = code == F.lit("4648")
 
@@ -694,7 +746,7 @@ def fields(j: Column) -> Fields:
                                                               channel).cast("int")),
             F.lit(DATASET_OTHER))),
         "event.code": code,
-        "event.provider": w.getField("provider"),
+        "event.provider": provider,
         "event.category": category,
         "event.type": etype,
         "event.action": F.coalesce(action, F.nullif(V.blank_to_null(F.try_element_at(j, F.lit("catname"))),
@@ -704,7 +756,7 @@ def fields(j: Column) -> Fields:
         "log.level": F.lower(level),
         "winlog.event_id": code,
         "winlog.channel": channel,
-        "winlog.provider_name": w.getField("provider"),
+        "winlog.provider_name": provider,
         "winlog.computer_name": F.when(present, F.coalesce(_first_key(j, _COMPUTER_KEYS),
                                                            F.col("_sys").getField("hostname"))),
         "winlog.task": F.nullif(V.blank_to_null(F.try_element_at(j, F.lit("catname"))), F.lit("0")),
