@@ -53,7 +53,10 @@ COUNT_FEATURES: tuple[str, ...] = (
     "distinct_countries", "distinct_domains", "dns_queries", "dns_name_len_max", "dns_entropy_max",
     "admin_port_peers", "logins_failed", "logins_ok", "night_logins", "sudo", "login_hour_max",
 )
-SET_FEATURES: tuple[str, ...] = ("peers", "countries", "login_machines", "login_hosts", "domains")
+# set feature -> the per-event column it collects
+SET_INPUTS: dict[str, str] = {"peers": "peer", "countries": "country", "login_machines": "login_machine",
+                              "login_hosts": "login_host", "domains": "domain"}
+SET_FEATURES: tuple[str, ...] = tuple(SET_INPUTS)
 # Every events column the features read (dotted ECS paths), plus what detection_input needs (the times): the
 # scoring query reads only these of the table's ~430 leaves. A test runs entity_features over exactly these.
 INPUT_COLUMNS: tuple[str, ...] = (
@@ -151,9 +154,6 @@ def _per_event(events: DataFrame, time_col: str) -> DataFrame:
     return host.unionByName(user)
 
 
-# set feature -> the per-event column it collects
-SET_INPUTS: dict[str, str] = {"peers": "peer", "countries": "country", "login_machines": "login_machine",
-                              "login_hosts": "login_host", "domains": "domain"}
 WINDOW_SETS_INPUT = frozenset(SET_INPUTS[s] for s in WINDOW_SETS)
 
 
@@ -171,28 +171,33 @@ def entity_features(events: DataFrame, time_col: str = "@timestamp") -> DataFram
     rows = _per_event(events, time_col).select("*", F.window("ts", WINDOW, SLIDE).alias("w"))
     # the row's last hour; window_sets look at the whole window
     recent = F.col("ts") >= F.col("w.end") - F.expr(f"INTERVAL {SLIDE_SECONDS} SECONDS")
-    contributes = recent | F.col("peer").isNotNull()
+    contributes = recent
+    for c in WINDOW_SETS_INPUT:
+        contributes = contributes | F.col(c).isNotNull()
 
     def hour(col: str) -> Column:
         return F.when(recent, F.col(col))
 
+    def hour_sum(col: str) -> Column:
+        return F.coalesce(F.sum(hour(col)), F.lit(0))
+
     agg = rows.groupBy("entity_type", "entity", "w").agg(
         F.count(hour("ts")).alias("events"),
-        F.coalesce(F.sum(hour("connections")), F.lit(0)).alias("connections"),
-        F.coalesce(F.sum(hour("bytes_out")), F.lit(0)).alias("bytes_out"),
-        F.coalesce(F.sum(hour("bytes_in")), F.lit(0)).alias("bytes_in"),
+        hour_sum("connections").alias("connections"),
+        hour_sum("bytes_out").alias("bytes_out"),
+        hour_sum("bytes_in").alias("bytes_in"),
         F.size(F.collect_set(hour("destination"))).alias("distinct_destinations"),
         F.size(F.collect_set(hour("port"))).alias("distinct_ports"),
         F.size(F.collect_set(hour("country"))).alias("distinct_countries"),
         F.size(F.collect_set(hour("domain"))).alias("distinct_domains"),
-        F.coalesce(F.sum(hour("dns_query")), F.lit(0)).alias("dns_queries"),
+        hour_sum("dns_query").alias("dns_queries"),
         F.coalesce(F.max(hour("dns_name_len")), F.lit(0)).alias("dns_name_len_max"),
         F.coalesce(F.max(hour("dns_entropy")), F.lit(0.0)).alias("dns_entropy_max"),
         F.size(F.collect_set(hour("peer"))).alias("admin_port_peers"),
-        F.coalesce(F.sum(hour("login_failed")), F.lit(0)).alias("logins_failed"),
-        F.coalesce(F.sum(hour("login_ok")), F.lit(0)).alias("logins_ok"),
-        F.coalesce(F.sum(hour("night_login")), F.lit(0)).alias("night_logins"),
-        F.coalesce(F.sum(hour("sudo")), F.lit(0)).alias("sudo"),
+        hour_sum("login_failed").alias("logins_failed"),
+        hour_sum("login_ok").alias("logins_ok"),
+        hour_sum("night_login").alias("night_logins"),
+        hour_sum("sudo").alias("sudo"),
         F.coalesce(F.max(hour("login_hour")), F.lit(0)).alias("login_hour_max"),
         *[_bounded_set(c if c in WINDOW_SETS_INPUT else hour(c)).alias(out) for out, c in SET_INPUTS.items()],
         F.min(F.when(contributes, F.col("ts"))).alias("first_seen"),
