@@ -67,6 +67,12 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.scheduler.allocation.file", FAIR_POOLS_FILE.as_uri())
         .config("spark.sql.streaming.metricsEnabled", "true")
+        # Off: constraint propagation (inferring not-null and equality facts through every projection) is for
+        # filter push-down before joins; over the ingest plan's ~430 fields of CASE WHENs and aliases it was 45 % of
+        # the ingest query's driver thread in a live run (JFR), paid again wherever a plan becomes rows
+        # (foreachBatch's LogicalRDD, localCheckpoint). Spark documents it as expensive for such plans; the rows
+        # are the same without it (docs/performance.md, twelfth session).
+        .config("spark.sql.constraintPropagation.enabled", "false")
         # The Kafka source's options carry librdkafka credentials (NIGHTJAR_KAFKA_*): Spark redacts option and
         # conf values whose key matches this in plans, logs, error messages and the UI.
         .config("spark.redaction.regex", REDACTION_REGEX)
