@@ -58,7 +58,7 @@ from core.config import (
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
-from core.spark_session import INTERPRETED_PROJECTIONS, materialized, release, session_conf
+from core.spark_session import INGEST_QUERY_CONF, materialized, release, session_conf
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.
-    with session_conf(spark, INTERPRETED_PROJECTIONS):  # the wide parse plan: see core/spark_session.py
+    with session_conf(spark, INGEST_QUERY_CONF):  # the wide parse plan: see core/spark_session.py
         return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
 
 

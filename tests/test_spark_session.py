@@ -1,10 +1,12 @@
-"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections) stay with that query."""
+"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections and excluded optimizer
+rules) stay with that query."""
 
 from __future__ import annotations
 
-from core.spark_session import INTERPRETED_PROJECTIONS, session_conf
+from core.spark_session import INGEST_QUERY_CONF, session_conf
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
+EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
 
 
 def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_and_the_session_goes_back(
@@ -14,21 +16,25 @@ def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_a
     (source / "0.json").write_text('{"k": "a"}\n{"k": "b"}\n')
     before = spark.conf.get(FACTORY_MODE)
     assert before != "NO_CODEGEN"
+    assert spark.conf.get(EXCLUDED_RULES, None) is None
     seen: dict[str, object] = {}
 
     def batch(df, _batch_id):
         seen["driver"] = df.sparkSession.conf.get(FACTORY_MODE)
+        seen["excluded"] = df.sparkSession.conf.get(EXCLUDED_RULES, None)
         # What the tasks see: SQL settings travel to executors with each job (SQLConf.get there reads them).
         seen["tasks"] = df.rdd.mapPartitions(lambda _rows: [_task_conf(FACTORY_MODE)]).collect()
 
     stream = spark.readStream.schema("k string").json(str(source))
-    with session_conf(spark, INTERPRETED_PROJECTIONS):
+    with session_conf(spark, INGEST_QUERY_CONF):
         query = (stream.writeStream.trigger(availableNow=True).foreachBatch(batch)
                  .option("checkpointLocation", str(tmp_path / "cp")).start())
     assert spark.conf.get(FACTORY_MODE) == before  # the session went back at once, the query runs on
+    assert spark.conf.get(EXCLUDED_RULES, None) is None
     query.awaitTermination(120)
     assert query.exception() is None
     assert seen["driver"] == "NO_CODEGEN"
+    assert seen["excluded"] == INGEST_QUERY_CONF[EXCLUDED_RULES] and "SchemaPruning" in seen["excluded"]
     assert seen["tasks"] and set(seen["tasks"]) == {"NO_CODEGEN"}
 
 
