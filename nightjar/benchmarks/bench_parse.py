@@ -48,8 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds of each of the Windows and sshd workloads, alternated (default 3)")
     parser.add_argument("--codegen", action="store_true",
-                        help="time the batch parse with Spark's generated projections instead of the interpreted ones "
-                             "the ingest query runs it with (core/spark_session.INGEST_QUERY_CONF)")
+                        help="time the batch parse with Spark's defaults (generated projections, every optimizer rule) "
+                             "instead of the settings the ingest query runs it with "
+                             "(core/spark_session.INGEST_QUERY_CONF)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with every figure (and the load average) on stdout, "
                              "the table on stderr")
