@@ -110,12 +110,25 @@ INTERPRETED_PROJECTIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 # and reference data from memory, so they never apply there, yet each walks the whole ~18-level, ~430-field plan on
 # every micro-batch: excluded, planning the parse took 2.75 s instead of 3.46 s (median of 5, same rows; docs/
 # performance.md, twelfth session). Batch commands that scan files (backtest, ML history) keep them.
-INGEST_EXCLUDED_RULES = (
+_FILE_SCAN_RULES = (
     "org.apache.spark.sql.execution.datasources.SchemaPruning",
     "org.apache.spark.sql.execution.datasources.PruneFileSourcePartitions",
     "org.apache.spark.sql.execution.datasources.PushVariantIntoScan",
     "org.apache.spark.sql.catalyst.optimizer.RemoveRedundantAliases",
 )
+# Expression simplifications (constant folding, CASE WHEN and boolean simplification, null propagation, ...). Each is
+# a rewrite that keeps results the same; over the parse plan's tens of thousands of expression nodes they ran in every
+# fixed-point iteration of every micro-batch's optimizer for little gain: the expressions are built to be evaluated
+# as they are. Without them the parse of 200 lines optimized in 0.85 instead of 1.9 s (median of four alternated
+# rounds), and 4,878 live lines parsed to the same rows, no slower (docs/performance.md, thirteenth session).
+_EXPRESSION_SIMPLIFICATIONS = tuple(f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in (
+    "ConstantFolding", "SimplifyConditionals", "SimplifyBinaryComparison", "BooleanSimplification",
+    "FoldablePropagation", "PushFoldableIntoBranches", "NullPropagation", "ReplaceNullWithFalseInPredicate",
+    "UnwrapCastInBinaryComparison", "SimplifyExtractValueOps", "ReorderAssociativeOperator", "NullDownPropagation",
+    "OptimizeIn", "SimplifyCasts", "SimplifyCaseConversionExpressions", "OptimizeOneRowRelationSubquery",
+    "LikeSimplification",
+))
+INGEST_EXCLUDED_RULES = _FILE_SCAN_RULES + _EXPRESSION_SIMPLIFICATIONS
 # What the ingest query runs with (start_ingest; bench parse times the parse the same way).
 INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, "spark.sql.optimizer.excludedRules": ",".join(INGEST_EXCLUDED_RULES)}
 

@@ -42,3 +42,20 @@ def _task_conf(key: str) -> str:
     from pyspark import TaskContext
 
     return TaskContext.get().getLocalProperty(key)
+
+
+def test_every_excluded_rule_is_an_excludable_rule_of_this_spark(spark):
+    """A misspelt or renamed rule would be ignored without a word: the ingest query would plan slowly again."""
+    from core.spark_session import INGEST_EXCLUDED_RULES
+
+    optimizer = spark._jsparkSession.sessionState().optimizer()
+    batches = optimizer.batches()
+    names: set[str] = set()
+    for i in range(batches.size()):
+        rules = batches.apply(i).rules()
+        names |= {rules.apply(j).ruleName() for j in range(rules.size())}
+    non_excludable = optimizer.nonExcludableRules()
+    assert len(INGEST_EXCLUDED_RULES) == len(set(INGEST_EXCLUDED_RULES)) > 4
+    for rule in INGEST_EXCLUDED_RULES:
+        assert rule in names, f"{rule} is not an optimizer rule of Spark {spark.version}"
+        assert not non_excludable.contains(rule), f"{rule} cannot be excluded"
