@@ -49,10 +49,14 @@ EVENT_ID_HEX_CHARS = 32  # 128 bits of SHA-256: collision-free in practice, shor
 
 
 def parse_records(bronze: DataFrame, fmt: str = "auto",
-                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> DataFrame:
+                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, planning_barriers: bool | None = None) -> DataFrame:
     """ECS columns + the raw coordinates (:data:`RAW_COLUMNS`) + ``_error`` (null when the record parsed).
 
     Exactly one output row per input row, in batch and in streaming alike; never raises on bad data.
+    ``planning_barriers`` (default: when ``bronze`` is a stream) puts an observation between every second step, so
+    that a streaming query's per-micro-batch planning stays linear in the plan's depth (see
+    :data:`PLANNING_BARRIER_EVERY`). A batch plan is planned once, and over in-memory lines Spark evaluates the whole
+    unbroken parse at planning time, which is faster there; the rows are the same either way.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -65,7 +69,8 @@ def parse_records(bronze: DataFrame, fmt: str = "auto",
 
     # The format and the size limit are literal columns, so that one cached plan serves every call.
     params = bronze.select("*", F.lit(fmt).alias("_p_fmt"), F.lit(int(max_record_bytes)).alias("_p_max"))
-    return _Plan.replay(_parse_plan(optional, id(SparkContext._active_spark_context)), params)
+    barriers = bronze.isStreaming if planning_barriers is None else planning_barriers
+    return _Plan.replay(_parse_plan(optional, id(SparkContext._active_spark_context)), params, barriers)
 
 
 class _Plan:
@@ -87,16 +92,16 @@ class _Plan:
         return self
 
     @staticmethod
-    def replay(plan: _Plan, df: DataFrame) -> DataFrame:
+    def replay(plan: _Plan, df: DataFrame, barriers: bool = False) -> DataFrame:
         last, call = len(plan.steps) - 1, next(_barrier_calls)
         for i, step in enumerate(plan.steps):
             df = df.withColumn(step[1], step[2]) if step[0] == "with" else df.select(*step[1])
-            if i % PLANNING_BARRIER_EVERY == PLANNING_BARRIER_EVERY - 1 and i < last:
+            if barriers and i % PLANNING_BARRIER_EVERY == PLANNING_BARRIER_EVERY - 1 and i < last:
                 df = _planning_barrier(df, f"nightjar.parse.{call}.{i}")
         return df
 
 
-# Every second projection of the parse is followed by an observation (a ``CollectMetrics`` node counting rows).
+# In a stream, every second projection of the parse is followed by an observation (a ``CollectMetrics`` node counting rows).
 # Why: the ~20 stacked projections are not collapsible (each step's wide expressions are used many times by the
 # next), and Spark's scan patterns (``PhysicalOperation`` in four planner strategies, ``V2ScanRelationPushDown``,
 # the cache lookup) walk down every projection from every node, substituting aliases as they go: planning cost grows

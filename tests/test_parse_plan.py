@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
-import ingest.normalize as normalize
 from ingest.file_source import lines_dataframe
 from ingest.normalize import PLANNING_BARRIER_EVERY, parse_records
 
@@ -51,7 +48,7 @@ def _rows(df) -> list[dict]:
 
 
 def test_the_optimized_parse_plan_stacks_few_projections(spark):
-    parsed = parse_records(_bronze(spark, LINES))
+    parsed = parse_records(_bronze(spark, LINES), planning_barriers=True)
     optimized = parsed._jdf.queryExecution().optimizedPlan()
     depth = _longest_projection_stack(optimized)
     # The barrier follows every PLANNING_BARRIER_EVERY-th step; the optimizer may add one projection of its own.
@@ -60,10 +57,17 @@ def test_the_optimized_parse_plan_stacks_few_projections(spark):
     assert "CollectMetrics" in optimized.toString()
 
 
-def test_the_barriers_change_no_row(spark, monkeypatch: pytest.MonkeyPatch):
-    with_barriers = _rows(parse_records(_bronze(spark, LINES)))
-    monkeypatch.setattr(normalize, "PLANNING_BARRIER_EVERY", 10_000)  # no step reaches it: no barrier
-    plain = parse_records(_bronze(spark, LINES))
+def test_a_stream_gets_the_barriers_by_default(spark, tmp_path):
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema("value binary, topic string, partition int, offset long").parquet(
+        str(tmp_path / "in"))
+    analyzed = parse_records(stream)._jdf.queryExecution().analyzed().toString()
+    assert "CollectMetrics" in analyzed
+
+
+def test_the_barriers_change_no_row(spark):
+    with_barriers = _rows(parse_records(_bronze(spark, LINES), planning_barriers=True))
+    plain = parse_records(_bronze(spark, LINES))  # a batch frame: no barriers by default
     plain_plan = plain._jdf.queryExecution().optimizedPlan()
     assert "CollectMetrics" not in plain_plan.toString()
     assert _longest_projection_stack(plain_plan) > 2 * (PLANNING_BARRIER_EVERY + 1)  # what the barriers cut
@@ -75,8 +79,8 @@ def test_the_barriers_change_no_row(spark, monkeypatch: pytest.MonkeyPatch):
 
 def test_two_parsed_frames_meet_in_one_plan(spark):
     """Each call names its observations apart: Spark rejects two observations of one name in a plan."""
-    first = parse_records(_bronze(spark, LINES[:3]))
-    second = parse_records(_bronze(spark, LINES[3:]))
+    first = parse_records(_bronze(spark, LINES[:3]), planning_barriers=True)
+    second = parse_records(_bronze(spark, LINES[3:]), planning_barriers=True)
     both = first.unionByName(second)
     assert both.count() == len(LINES)
     assert both.where("_error IS NULL").count() == 4
