@@ -93,7 +93,7 @@ class _Plan:
 
     @staticmethod
     def replay(plan: _Plan, df: DataFrame, barriers: bool = False) -> DataFrame:
-        last, call = len(plan.steps) - 1, next(_barrier_calls)
+        last, call = len(plan.steps) - 1, next(_barrier_calls) if barriers else 0
         for i, step in enumerate(plan.steps):
             df = df.withColumn(step[1], step[2]) if step[0] == "with" else df.select(*step[1])
             if barriers and i % PLANNING_BARRIER_EVERY == PLANNING_BARRIER_EVERY - 1 and i < last:

@@ -53,7 +53,6 @@ def test_the_optimized_parse_plan_stacks_few_projections(spark):
     depth = _longest_projection_stack(optimized)
     # The barrier follows every PLANNING_BARRIER_EVERY-th step; the optimizer may add one projection of its own.
     assert 1 <= depth <= PLANNING_BARRIER_EVERY + 1, optimized.toString()[:2000]
-
     assert "CollectMetrics" in optimized.toString()
 
 
