@@ -8,19 +8,30 @@ from pyspark.sql import functions as F
 Fields = dict[str, Column]
 
 
-def merge_cases(cases: list[tuple[Column, Fields]]) -> Fields:
-    """One ``Fields`` from ``[(condition, fields), ...]``: per path, the first case whose condition holds *and*
-    which defines the path wins (``CASE WHEN c1 THEN e1 WHEN c2 THEN e2 … END``).
+def dispatch_cases(cases: list[tuple[Column, Fields]], prefix: str) -> tuple[list[Column], Fields]:
+    """One ``Fields`` from ``[(condition, fields), ...]``, with the same values as ``CASE WHEN c1 THEN e1 WHEN c2
+    THEN e2 … END`` per path (the first case whose condition holds *and* which defines the path wins), evaluated
+    once per row instead of once per field.
 
-    A specific case (``sshd accepted``) listed before a general one (``any syslog line``) overrides only the
-    paths it defines. Branches are evaluated lazily, so a parser's regular expressions only run on the rows
-    its condition selects.
+    Returns the columns to materialize in a step before the fields are read (``<prefix><i>``: a struct of case
+    ``i``'s fields where its condition holds, else null), and the ``Fields`` that read them. A specific case
+    (``zeek conn``) listed before a general one (``any Zeek row``) overrides only the paths it defines. A row
+    tests each condition once and evaluates only the expressions of the cases that hold for it; a per-field
+    ``CASE`` re-tests the conditions for every field, and in interpreted evaluation those tests were most of the
+    parse's per-row cost (docs/performance.md, fifteenth session).
     """
+    structs: list[Column] = []
     merged: dict[str, Column] = {}
-    for condition, fields in cases:
-        for path, expr in fields.items():
-            merged[path] = F.when(condition, expr) if path not in merged else merged[path].when(condition, expr)
-    return merged
+    for i, (condition, fields) in enumerate(cases):
+        name = f"{prefix}{i}"
+        keys = {path: f"f{j}" for j, path in enumerate(fields)}
+        structs.append(F.when(condition, F.struct(*[fields[p].alias(k) for p, k in keys.items()])).alias(name))
+        case = F.col(name)
+        present = case.isNotNull()
+        for path, key in keys.items():
+            value = case.getField(key)
+            merged[path] = F.when(present, value) if path not in merged else merged[path].when(present, value)
+    return structs, merged
 
 
 def literals(**paths: object) -> dict[str, object]:

@@ -15,6 +15,8 @@ unknown program, or an unknown message of a known program, still yields host, pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -55,6 +57,7 @@ FACILITIES = ("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news",
               "ftp", "ntp", "security", "console", "solaris-cron", "local0", "local1", "local2", "local3",
               "local4", "local5", "local6", "local7")
 SEVERITIES = ("emergency", "alert", "critical", "error", "warning", "notice", "informational", "debug")
+_HAS_WINDOWS_PROCESS = "_has_windows_process"  # an internal entry of the Windows layer, not an ECS field
 _REPEATED = r"^message repeated ([0-9]+) times: \[ ?(.*)\]$"
 
 
@@ -116,8 +119,14 @@ def add_message_match(df: DataFrame) -> DataFrame:
     return windows.add_match(df, sys, F.col("_sjson"))
 
 
-def fields() -> Fields:
-    """ECS fields of syslog rows (all null on other rows); a matched message form's fields win."""
+def fields(layer: Callable[[str, Column, Fields], Fields]) -> Fields:
+    """ECS fields of syslog rows (all null on other rows); a matched message form's fields win.
+
+    The fields come in four layers (Windows event, JSON payload, program message form, header), each null on
+    the rows its condition excludes. ``layer(name, condition, fields)`` returns the layer's fields as they are to be
+    read (the caller materializes them with :func:`ingest.parsers.field_map.dispatch_cases`, so that a row
+    evaluates only the layers that apply to it).
+    """
     sys = F.col("_sys")
     msg = F.col("_msg")
     present = sys.isNotNull()
@@ -155,14 +164,18 @@ def fields() -> Fields:
     }
     j = F.col("_sjson")
     is_windows = F.col("_win").isNotNull()
-    win = windows.fields(j)
+    win_fields = windows.fields(j)
+    # process.name/pid as a pair (below): whether the Windows event names a process travels with the layer.
+    win_fields[_HAS_WINDOWS_PROCESS] = is_windows & win_fields["process.name"].isNotNull()
+    win = layer("_sw", is_windows, win_fields)
+    has_windows_process = win.pop(_HAS_WINDOWS_PROCESS)
     # Generic JSON keys map onto ECS only for non-Windows payloads (Windows JSON has its own meaning of "user").
-    json_fields = {path: (expr if path == "syslog.json" else F.when(~is_windows, expr))
-                   for path, expr in syslog_json.fields(j).items()}
-    rest = coalesce_fields(json_fields, form_fields(msg, ALL_FORMS), generic)
+    json_fields = layer("_sj", j.isNotNull(), {path: (expr if path == "syslog.json" else F.when(~is_windows, expr))
+                                               for path, expr in syslog_json.fields(j).items()})
+    forms = layer("_sm", msg.isNotNull(), form_fields(msg, ALL_FORMS))
+    rest = coalesce_fields(json_fields, forms, layer("_sg", present, generic))
     merged = coalesce_fields(win, rest)
     # process.name/pid as a pair: the Windows process when the event names one, else the syslog header's.
-    has_windows_process = is_windows & win["process.name"].isNotNull()
     for path in ("process.name", "process.pid"):
         merged[path] = F.when(has_windows_process, win[path]).otherwise(rest[path])
     return merged

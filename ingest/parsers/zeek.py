@@ -27,7 +27,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from ingest.parsers import values as V
 from ingest.parsers import zeek_logs
-from ingest.parsers.field_map import Fields, constant, merge_cases, non_empty
+from ingest.parsers.field_map import Fields, constant, non_empty
 
 PARSER = "zeek"
 CORRUPT = "_corrupt_record"
@@ -179,8 +179,10 @@ def _both(a: Column, b: Column, combine) -> Column:
     return F.when(a.isNotNull() | b.isNotNull(), combine(F.coalesce(a, F.lit(0)), F.coalesce(b, F.lit(0))))
 
 
-def fields(is_zeek: Column) -> Fields:
-    """ECS fields of Zeek rows (to be used where ``is_zeek``)."""
+def cases(is_zeek: Column) -> list[tuple[Column, Fields]]:
+    """ECS fields of Zeek rows as ``[(condition, fields), ...]`` for
+    :func:`~ingest.parsers.field_map.dispatch_cases`: one case per mapped log type, then the fields every Zeek row
+    (``is_zeek``) gets."""
     j = F.col("_zeek")
     path = F.col("_zpath")
     nested = F.when(F.ltrim(j["id"]).startswith("{"), F.from_json(j["id"], _ID))
@@ -221,7 +223,7 @@ def fields(is_zeek: Column) -> Fields:
         **zeek_logs.per_path(j, _s, _timestamp),
     }
     cases = [(path == F.lit(name), f) for name, f in per_path.items()]  # _zpath is null on other rows
-    return merge_cases([*cases, (is_zeek, common)])
+    return [*cases, (is_zeek, common)]
 
 
 def _conn(j: Column) -> Fields:
