@@ -129,8 +129,15 @@ _EXPRESSION_SIMPLIFICATIONS = tuple(f"org.apache.spark.sql.catalyst.optimizer.{r
     "LikeSimplification",
 ))
 INGEST_EXCLUDED_RULES = _FILE_SCAN_RULES + _EXPRESSION_SIMPLIFICATIONS
+# No common-subexpression cache in the ingest query's interpreted projections. Since each parser's fields are
+# evaluated once per row (ingest/parsers/field_map.dispatch_cases), little is shared between fields, and the cache
+# (a Guava LocalCache per projection, looked up and cleared for every row) was ~17 % of the parse's executor CPU:
+# without it, 40,000 mixed lines parsed in 5.95 instead of 7.58 s, sshd lines 0.81x, Windows lines 0.89x (medians of
+# alternated rounds, same rows; docs/performance.md, fifteenth session).
+NO_SUBEXPRESSION_CACHE = {"spark.sql.subexpressionElimination.enabled": "false"}
 # What the ingest query runs with (start_ingest; bench parse times the parse the same way).
-INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, "spark.sql.optimizer.excludedRules": ",".join(INGEST_EXCLUDED_RULES)}
+INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, **NO_SUBEXPRESSION_CACHE,
+                     "spark.sql.optimizer.excludedRules": ",".join(INGEST_EXCLUDED_RULES)}
 
 
 @contextlib.contextmanager

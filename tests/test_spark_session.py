@@ -1,5 +1,5 @@
-"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections and excluded optimizer
-rules) stay with that query."""
+"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections, excluded optimizer
+rules and no subexpression cache) stay with that query."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from core.spark_session import INGEST_QUERY_CONF, session_conf
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
+SUBEXPRESSIONS = "spark.sql.subexpressionElimination.enabled"
 
 
 def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_and_the_session_goes_back(
@@ -17,11 +18,13 @@ def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_a
     before = spark.conf.get(FACTORY_MODE)
     assert before != "NO_CODEGEN"
     assert spark.conf.get(EXCLUDED_RULES, None) is None
+    assert spark.conf.get(SUBEXPRESSIONS) == "true"
     seen: dict[str, object] = {}
 
     def batch(df, _batch_id):
         seen["driver"] = df.sparkSession.conf.get(FACTORY_MODE)
         seen["excluded"] = df.sparkSession.conf.get(EXCLUDED_RULES, None)
+        seen["subexpressions"] = df.sparkSession.conf.get(SUBEXPRESSIONS)
         # What the tasks see: SQL settings travel to executors with each job (SQLConf.get there reads them).
         seen["tasks"] = df.rdd.mapPartitions(lambda _rows: [_task_conf(FACTORY_MODE)]).collect()
 
@@ -31,10 +34,12 @@ def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_a
                  .option("checkpointLocation", str(tmp_path / "cp")).start())
     assert spark.conf.get(FACTORY_MODE) == before  # the session went back at once, the query runs on
     assert spark.conf.get(EXCLUDED_RULES, None) is None
+    assert spark.conf.get(SUBEXPRESSIONS) == "true"
     query.awaitTermination(120)
     assert query.exception() is None
     assert seen["driver"] == "NO_CODEGEN"
     assert seen["excluded"] == INGEST_QUERY_CONF[EXCLUDED_RULES] and "SchemaPruning" in seen["excluded"]
+    assert seen["subexpressions"] == "false"
     assert seen["tasks"] and set(seen["tasks"]) == {"NO_CODEGEN"}
 
 
