@@ -21,16 +21,21 @@ def dispatch_cases(cases: list[tuple[Column, Fields]], prefix: str) -> tuple[lis
     parse's per-row cost (docs/performance.md, fifteenth session).
     """
     structs: list[Column] = []
-    merged: dict[str, Column] = {}
+    readers: dict[str, list[tuple[Column, Column]]] = {}
     for i, (condition, fields) in enumerate(cases):
         name = f"{prefix}{i}"
         keys = {path: f"f{j}" for j, path in enumerate(fields)}
         structs.append(F.when(condition, F.struct(*[fields[p].alias(k) for p, k in keys.items()])).alias(name))
         case = F.col(name)
-        present = case.isNotNull()
         for path, key in keys.items():
-            value = case.getField(key)
-            merged[path] = F.when(present, value) if path not in merged else merged[path].when(present, value)
+            readers.setdefault(path, []).append((case.isNotNull(), case.getField(key)))
+    merged: dict[str, Column] = {}
+    for path, reads in readers.items():
+        # A field of an absent case reads as null, so the last case needs no test (and a path of one case none).
+        value = reads[-1][1]
+        for present, earlier in reversed(reads[:-1]):
+            value = F.when(present, earlier).otherwise(value)
+        merged[path] = value
     return structs, merged
 
 

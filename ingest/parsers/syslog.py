@@ -57,7 +57,6 @@ FACILITIES = ("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news",
               "ftp", "ntp", "security", "console", "solaris-cron", "local0", "local1", "local2", "local3",
               "local4", "local5", "local6", "local7")
 SEVERITIES = ("emergency", "alert", "critical", "error", "warning", "notice", "informational", "debug")
-_HAS_WINDOWS_PROCESS = "_has_windows_process"  # an internal entry of the Windows layer, not an ECS field
 _REPEATED = r"^message repeated ([0-9]+) times: \[ ?(.*)\]$"
 
 
@@ -164,18 +163,16 @@ def fields(layer: Callable[[str, Column, Fields], Fields]) -> Fields:
     }
     j = F.col("_sjson")
     is_windows = F.col("_win").isNotNull()
-    win_fields = windows.fields(j)
-    # process.name/pid as a pair (below): whether the Windows event names a process travels with the layer.
-    win_fields[_HAS_WINDOWS_PROCESS] = is_windows & win_fields["process.name"].isNotNull()
-    win = layer("_sw", is_windows, win_fields)
-    has_windows_process = win.pop(_HAS_WINDOWS_PROCESS)
+    win = layer("_sw", is_windows, windows.fields(j))
     # Generic JSON keys map onto ECS only for non-Windows payloads (Windows JSON has its own meaning of "user").
     json_fields = layer("_sj", j.isNotNull(), {path: (expr if path == "syslog.json" else F.when(~is_windows, expr))
                                                for path, expr in syslog_json.fields(j).items()})
     forms = layer("_sm", msg.isNotNull(), form_fields(msg, ALL_FORMS))
     rest = coalesce_fields(json_fields, forms, layer("_sg", present, generic))
     merged = coalesce_fields(win, rest)
-    # process.name/pid as a pair: the Windows process when the event names one, else the syslog header's.
+    # process.name/pid as a pair: the Windows process when the event names one, else the syslog header's (the
+    # layer's fields are null on rows that are not Windows events).
+    has_windows_process = win["process.name"].isNotNull()
     for path in ("process.name", "process.pid"):
         merged[path] = F.when(has_windows_process, win[path]).otherwise(rest[path])
     return merged
