@@ -8,8 +8,9 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -17,6 +18,7 @@ from core.config import OWNER_ONLY_UMASK, SECRET_SETTING_WORDS, Settings
 from core.jvm_lookups import remember_jvm_lookups
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
 # FAIR scheduler pools: "default" for every query, "ml" (served only when "default" waits for nothing) for scoring.
@@ -170,6 +172,28 @@ def materialized(df: DataFrame) -> DataFrame:
     Release with :func:`release`.
     """
     return df.localCheckpoint(eager=True)
+
+
+def in_this_query(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` made to run in another thread as part of the caller's Spark jobs: it starts with a copy of the calling
+    thread's local properties (a streaming query's job group, its scheduler pool, its SQL execution), so stopping the
+    query cancels its jobs, and each call gets its own copy (two threads setting their SQL execution ids in one
+    ``Properties`` would overwrite each other's; ``pyspark.inheritable_thread_target`` shares one).
+
+    Why threads at all: a ``foreachBatch`` body that writes four tables runs four small jobs and four commits one
+    after the other, each too small to use both cores; run side by side they overlap (docs/performance.md)."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return fn
+    snapshot = sc._jsc.sc().getLocalProperties().clone()
+
+    def run(*args: object, **kwargs: object) -> T:
+        sc._jsc.sc().setLocalProperties(snapshot.clone())
+        return fn(*args, **kwargs)
+
+    return run
 
 
 def release(df: DataFrame) -> None:

@@ -35,6 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,7 @@ from core.config import (
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
-from core.spark_session import INGEST_QUERY_CONF, materialized, release, session_conf
+from core.spark_session import INGEST_QUERY_CONF, in_this_query, materialized, release, session_conf
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,9 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
         return f"nightjar.{QUERY_INGEST}.{table}"
 
     tables_ready = False  # the run's first batch creates the tables, even when it brings no records
+    side_tables = {TABLE_BRONZE: records_from, TABLE_QUARANTINE: quarantine_from, TABLE_DHCP_SESSIONS: sessions_from}
+    # Threads kept for the query's life (a pool per batch would open new Py4J connections every micro-batch).
+    writers = ThreadPoolExecutor(len(side_tables), thread_name_prefix="ingest-write")
     checkpoint = settings.checkpoint(QUERY_INGEST)
 
     def write(df: DataFrame, batch_id: int) -> None:
@@ -196,18 +200,25 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                     detector.idle()
                 fault_point("batch.end")
                 return
-            write_batch(records_from(unified), paths[TABLE_BRONZE], app(TABLE_BRONZE), batch_id)
-            events = materialized(enrich(events_from(unified)))
+            # bronze, quarantine and dhcp_sessions are written beside the events chain (enrich, write, rules): each
+            # table commits on its own app transaction, so no order between them matters for a replay, and side by
+            # side their small jobs and commits overlap (docs/performance.md, sixteenth session).
+            side = [writers.submit(in_this_query(write_batch), frame(unified), paths[table], app(table), batch_id)
+                    for table, frame in side_tables.items()]
             try:
-                write_batch(events, paths[TABLE_EVENTS], app(TABLE_EVENTS), batch_id)
-                write_batch(quarantine_from(unified), paths[TABLE_QUARANTINE], app(TABLE_QUARANTINE), batch_id)
-                write_batch(sessions_from(unified), paths[TABLE_DHCP_SESSIONS], app(TABLE_DHCP_SESSIONS), batch_id)
-                if detector is not None:
-                    detector(events, batch_id, lambda: batch_time(unified, checkpoint, batch_id))
-                fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
-                tables_ready = True
+                events = materialized(enrich(events_from(unified)))
+                try:
+                    write_batch(events, paths[TABLE_EVENTS], app(TABLE_EVENTS), batch_id)
+                    if detector is not None:
+                        detector(events, batch_id, lambda: batch_time(unified, checkpoint, batch_id))
+                finally:
+                    release(events)
+                for done in side:
+                    done.result()  # a failed side write fails the batch, which is replayed
             finally:
-                release(events)
+                wait(side)  # after a failure above too: no job of this batch outlives it
+            fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
+            tables_ready = True
         finally:
             release(unified)
 

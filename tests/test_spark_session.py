@@ -64,3 +64,38 @@ def test_every_excluded_rule_is_an_excludable_rule_of_this_spark(spark):
     for rule in INGEST_EXCLUDED_RULES:
         assert rule in names, f"{rule} is not an optimizer rule of Spark {spark.version}"
         assert not non_excludable.contains(rule), f"{rule} cannot be excluded"
+
+
+def test_in_this_query_runs_in_another_thread_with_its_own_copy_of_the_callers_job_group_and_properties(spark):
+    """The ingest batch writes three tables from other threads: their jobs must belong to the query's job group
+    (stopping the query cancels them), and two such threads must not share one set of properties."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from core.spark_session import in_this_query
+
+    sc = spark.sparkContext
+    group = f"nightjar-test-{id(spark)}"
+
+    def job(mark: str) -> tuple[str | None, str | None]:
+        seen = sc.getLocalProperty("nightjar.test.owner")
+        sc.setLocalProperty("nightjar.test.owner", mark)  # must not reach the caller or the other call
+        spark.range(10).count()
+        return seen, sc.getLocalProperty("spark.jobGroup.id")
+
+    sc.setJobGroup(group, "in_this_query test")
+    sc.setLocalProperty("nightjar.test.owner", "query")
+    try:
+        with ThreadPoolExecutor(1) as fresh:  # a thread that never ran a wrapped call
+            plain = fresh.submit(job, "plain").result()
+        with ThreadPoolExecutor(2) as pool:
+            wrapped = [pool.submit(in_this_query(job), f"thread-{i}") for i in range(2)]
+            results = [f.result() for f in wrapped]
+        assert results == [("query", group), ("query", group)]
+        assert plain[1] != group  # a bare thread's jobs would not be the query's
+        assert sc.getLocalProperty("nightjar.test.owner") == "query"
+        assert len(sc.statusTracker().getJobIdsForGroup(group)) >= 2
+    finally:
+        sc.setLocalProperty("nightjar.test.owner", None)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+        sc.setLocalProperty("spark.job.interruptOnCancel", None)
