@@ -386,7 +386,7 @@ class Kill:
 
 
 @pytest.mark.chaos
-@pytest.mark.storm  # on demand (-m storm, -m chaos): a third of the suite's time, docs/deployment.md
+@pytest.mark.storm  # in the default run (CI included); -m storm runs it alone: docs/deployment.md
 @pytest.mark.timeout(3600)  # the fixture and ten JVM start-ups: 53 min at load 14-24 on 2 cores
 def test_a_kill_storm_at_reads_commits_publishes_and_state_commits_loses_and_doubles_nothing(chaos_input, spark,
                                                                                              tmp_path):
