@@ -12,35 +12,12 @@ import pytest
 from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
 
 
-def consume_all(bootstrap: str, topic: str, marker: bytes, timeout: float = 20.0) -> list[bytes]:
-    """Every record of ``topic`` containing ``marker`` (the broker is shared by the test run): per partition in
-    order, partitions one after the other, each read to its end-of-partition event (the true end; Tansu's
-    ListOffsets answer is not: ARCHITECTURE.md), so nothing is waited for that will not come."""
-    import time
+def consume_all(bootstrap: str, topic: str, marker: bytes) -> list[bytes]:
+    """Every record of ``topic`` containing ``marker`` (the broker is shared by the test run), each partition read to
+    its end (test_alert_sink's reader), in the order they were read (one partition's records keep theirs)."""
+    from tests.test_alert_sink import consume_all as read_to_end
 
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True, "fetch.wait.max.ms": 20})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(partitions)])
-    got: dict[int, list[bytes]] = {}
-    ended: set[int] = set()
-    deadline = time.monotonic() + timeout
-    try:
-        while len(ended) < len(partitions):
-            assert time.monotonic() < deadline, f"{topic} not read to its end within {timeout:.0f} s"
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                ended.add(msg.partition())
-            elif marker in msg.value():
-                got.setdefault(msg.partition(), []).append(msg.value())
-    finally:
-        consumer.close()
-    return [v for p in sorted(got) for v in got[p]]
+    return [value for _, value in read_to_end(bootstrap, topic) if marker in value]
 
 
 @pytest.fixture
