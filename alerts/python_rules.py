@@ -504,15 +504,21 @@ def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[Data
     exhaust the driver's heap — rules must run on materialized events (the ``events`` table, a checkpointed
     frame), never directly on the enrichment plan.
     """
-    from enrich.dhcp_sessions import attribute_batch, events_from
-    from enrich.static_joins import enrich_static
     from ingest.normalize import parse_records, to_quarantine
 
     parsed = parse_records(bronze).localCheckpoint(eager=True)
     bad = to_quarantine(parsed).select("offset", "parser", "error").orderBy("offset").collect()
     unparsed = [f"line {r['offset']} does not parse ({r['parser']}: {r['error']})" for r in bad]
-    events = enrich_static(events_from(attribute_batch(parsed, dhcp)), reference).localCheckpoint(eager=True)
-    return events, unparsed
+    return enrich_parsed(parsed, reference, dhcp), unparsed
+
+
+def enrich_parsed(parsed: DataFrame, reference, dhcp: list[str]) -> DataFrame:
+    """Parsed records (``parse_records``' output) -> the enriched events, materialized: the second half of
+    :func:`enriched_events`."""
+    from enrich.dhcp_sessions import attribute_batch, events_from
+    from enrich.static_joins import enrich_static
+
+    return enrich_static(events_from(attribute_batch(parsed, dhcp)), reference).localCheckpoint(eager=True)
 
 
 def sample_events(spark: SparkSession, lines: Sequence[str], samples: Samples,
@@ -535,20 +541,25 @@ def schema_problem(df: DataFrame) -> str | None:
     return f"detect returned columns {got}, not CANDIDATE_SCHEMA {want}"
 
 
-def run_samples(spark: SparkSession, rule: PythonRule) -> SampleResult:
+def run_samples(spark: SparkSession, rule: PythonRule, parsed=None) -> SampleResult:
     """Run ``rule`` on its samples as the rule-test harness does and report what went wrong.
 
     Each of the positive and the negative lines is run on its own: lines -> ``parse_records`` -> DHCP
     attribution -> ``enrich_static`` with the samples' reference rows -> ``rule.detect`` (batch) -> candidates.
     Problems: a line that does not parse, an exception in ``detect``, output that is not CANDIDATE_SCHEMA, a
     candidate with another rule id or entity type, no positive candidate (or none with the expected entity), any
-    negative candidate.
+    negative candidate. ``parsed``: an :class:`alerts.parsed_samples.ParsedSamples` holding this rule's lines
+    under ``(rule.id, "positive")`` and ``(rule.id, "negative")`` (``nightjar rules test`` parses the whole pack
+    at once); the lines are parsed here when None.
     """
     samples = rule.samples
     result = SampleResult(rule.id)
     ref = reference_data(spark, samples.reference)
     for kind, lines in (("positive", samples.positive), ("negative", samples.negative)):
-        events, unparsed = sample_events(spark, lines, samples, ref)
+        if parsed is not None:
+            events, unparsed = parsed.enriched((rule.id, kind), ref, dhcp_networks(samples.reference))
+        else:
+            events, unparsed = sample_events(spark, lines, samples, ref)
         result.problems += [f"{kind} {p}" for p in unparsed]
         try:
             out = rule.detect(events)
@@ -582,6 +593,6 @@ def run_samples(spark: SparkSession, rule: PythonRule) -> SampleResult:
 
 __all__ = [
     "CANDIDATE_SCHEMA", "EVENT_TIME", "PythonRule", "PythonRuleError", "SampleResult", "Samples",
-    "conform_candidates", "evidence_ids", "load_python_rules", "load_python_rules_dir", "python_rule",
+    "conform_candidates", "enrich_parsed", "evidence_ids", "load_python_rules", "load_python_rules_dir", "python_rule",
     "reference_data", "run_samples", "sample_events", "with_event_time",
 ]

@@ -18,6 +18,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,28 +59,58 @@ def default_reference() -> dict[str, list[dict]]:
     return {"networks": networks().to_pylist()}
 
 
-def sample_events(spark, lines: list[str], reference: dict[str, list[dict]]):
-    """(enriched events ready for detection, number of quarantined lines)."""
+def sample_sets(rules) -> dict[tuple[str, str], tuple[list[str], dt.datetime]]:
+    """(rule id, "positive"/"negative") -> (raw lines, ingested_at) of every rule's samples: what
+    :class:`alerts.parsed_samples.ParsedSamples` parses in one job."""
+    sets: dict[tuple[str, str], tuple[list[str], dt.datetime]] = {}
+    for rule in rules:
+        if rule.origin is not None:  # a Python rule: plain lines, its own ingestion time
+            s = rule.origin.samples
+            sets.update({(rule.rule_id, kind): (list(getattr(s, kind)), s.ingested_at)
+                         for kind in ("positive", "negative")})
+        else:
+            sets.update({(rule.rule_id, kind): (expand(getattr(rule.samples, kind)), SAMPLE_INGESTED)
+                         for kind in ("positive", "negative") if getattr(rule.samples, kind)})
+    return sets
+
+
+def sample_events(spark, lines: list[str], reference: dict[str, list[dict]], parsed=None, key=None):
+    """(enriched events ready for detection, number of quarantined lines); from ``parsed[key]`` when given
+    (a :class:`~alerts.parsed_samples.ParsedSamples`), else ``lines`` are parsed here."""
     from alerts.detection_input import detection_input
     from alerts.python_rules import dhcp_networks, enriched_events
     from enrich.reference_data import reference_from_tables
     from ingest.file_source import lines_dataframe
 
-    bronze = lines_dataframe(spark, lines, ingested_at=SAMPLE_INGESTED)
     tables = {**default_reference(), **reference}
+    ref, dhcp = reference_from_tables(spark, tables), dhcp_networks(tables)
     # the pipeline's own steps: parse -> DHCP attribution -> reference joins, materialized (as the events table
     # is) so that a rule's plan does not sit on top of the whole enrichment plan
-    events, unparsed = enriched_events(bronze, reference_from_tables(spark, tables), dhcp_networks(tables))
+    if parsed is not None and key in parsed:
+        events, unparsed = parsed.enriched(key, ref, dhcp)
+    else:
+        events, unparsed = enriched_events(lines_dataframe(spark, lines, ingested_at=SAMPLE_INGESTED), ref, dhcp)
     return detection_input(events), len(unparsed)
 
 
-def check_rule(spark, rule) -> RuleTestResult:
+def check_rules(spark, rules) -> Iterator[RuleTestResult]:
+    """:func:`check_rule` for each of ``rules``, in order, with all their samples parsed in one job first."""
+    from alerts.parsed_samples import ParsedSamples
+
+    rules = list(rules)
+    parsed = ParsedSamples(spark, sample_sets(rules))
+    for rule in rules:
+        yield check_rule(spark, rule, parsed)
+
+
+def check_rule(spark, rule, parsed=None) -> RuleTestResult:
+    """Run ``rule`` on its samples; ``parsed``: the samples already parsed (see :func:`check_rules`)."""
     started = time.monotonic()
     res = RuleTestResult(rule.rule_id, str(rule.source), rule.kind)
     if rule.origin is not None:  # a Python rule: its own harness (same steps, plus its expected entity)
         from alerts.python_rules import run_samples
 
-        out = run_samples(spark, rule.origin)
+        out = run_samples(spark, rule.origin, parsed)
         res.positives, res.negatives, res.problems = len(out.positive), len(out.negative), list(out.problems)
         res.seconds = time.monotonic() - started
         return res
@@ -91,7 +122,7 @@ def check_rule(spark, rule) -> RuleTestResult:
     for label, entries in (("positive", s.positive), ("negative", s.negative)):
         if not entries:
             continue
-        events, bad = sample_events(spark, expand(entries), s.reference)
+        events, bad = sample_events(spark, expand(entries), s.reference, parsed, (rule.rule_id, label))
         if bad:
             res.problems.append(f"{bad} {label} sample line(s) do not parse (they would go to quarantine)")
         rows = rule.detect(events).collect()
@@ -170,8 +201,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print_rule_list(rules, read_rule_health(settings.lake), as_json=args.json)
         return 2 if errors else 0
     failed = 0
-    for i, rule in enumerate(rules, 1):
-        res = check_rule(spark, rule)
+    print(f"parsing the samples of {len(rules)} rule(s)", flush=True)
+    for i, (rule, res) in enumerate(zip(rules, check_rules(spark, rules), strict=True), 1):
         status = "PASS" if res.passed else "FAIL"
         print(f"[{i:>2}/{len(rules)}] {status} {rule.rule_id:28} {rule.kind:11} positive -> {res.positives} "
               f"candidate(s), negative -> {res.negatives} ({res.seconds:.1f}s)", flush=True)

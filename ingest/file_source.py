@@ -39,18 +39,30 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 def bronze_table(paths: Iterable[Path], ingested_at: dt.datetime | None = None) -> pa.Table:
     """The lines of ``paths`` as an Arrow table with the bronze columns (plus ``headers``)."""
     ingested_at = ingested_at or dt.datetime.now(dt.UTC)
+
+    def records():
+        for index, path in enumerate(paths):
+            header = [{"key": SOURCE_FILE_HEADER, "value": str(path).encode()}]
+            for number, raw in read_lines(Path(path)):
+                yield index, number, raw, header, ingested_at
+
+    return records_table(records())
+
+
+def records_table(records: Iterable[tuple[int, int, bytes | str, list | None, dt.datetime]],
+                  topic: str = FILE_TOPIC) -> pa.Table:
+    """``(partition, offset, raw line, headers, ingested_at)`` tuples -> an Arrow table with the bronze columns
+    (no key, no Kafka timestamp)."""
     cols: dict[str, list] = {name: [] for name in BRONZE_ARROW_SCHEMA.names}
-    for index, path in enumerate(paths):
-        header = [{"key": SOURCE_FILE_HEADER, "value": str(path).encode()}]
-        for number, raw in read_lines(Path(path)):
-            cols["key"].append(None)
-            cols["value"].append(raw)
-            cols["topic"].append(FILE_TOPIC)
-            cols["partition"].append(index)
-            cols["offset"].append(number)
-            cols["timestamp"].append(None)
-            cols["headers"].append(header)
-            cols["ingested_at"].append(ingested_at)
+    for partition, offset, raw, headers, ingested_at in records:
+        cols["key"].append(None)
+        cols["value"].append(raw.encode() if isinstance(raw, str) else raw)
+        cols["topic"].append(topic)
+        cols["partition"].append(partition)
+        cols["offset"].append(offset)
+        cols["timestamp"].append(None)
+        cols["headers"].append(headers)
+        cols["ingested_at"].append(ingested_at)
     return pa.Table.from_pydict(cols, schema=BRONZE_ARROW_SCHEMA)
 
 
@@ -63,11 +75,5 @@ def lines_dataframe(spark: SparkSession, lines: Iterable[bytes | str], topic: st
                     ingested_at: dt.datetime | None = None) -> DataFrame:
     """A bronze-shaped DataFrame of in-memory lines (offsets 1…n, partition 0): tests and benchmarks."""
     ingested_at = ingested_at or dt.datetime.now(dt.UTC)
-    values = [v.encode() if isinstance(v, str) else v for v in lines]
-    n = len(values)
-    table = pa.Table.from_pydict({
-        "key": [None] * n, "value": values, "topic": [topic] * n, "partition": [0] * n,
-        "offset": list(range(1, n + 1)), "timestamp": [None] * n, "headers": [None] * n,
-        "ingested_at": [ingested_at] * n,
-    }, schema=BRONZE_ARROW_SCHEMA)
+    table = records_table(((0, offset, v, None, ingested_at) for offset, v in enumerate(lines, start=1)), topic)
     return spark.createDataFrame(table)

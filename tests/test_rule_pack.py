@@ -39,13 +39,14 @@ def test_every_generator_scenario_has_a_rule_with_attack_tags_and_samples(pack):
 
 
 def test_every_rule_passes_its_samples(spark, pack):
-    from alerts.rules_test import check_rule
+    from alerts.rules_test import check_rules
 
     failures = {}
-    for rid, rule in sorted(pack.items()):
-        res = check_rule(spark, rule)
+    rules = [rule for _, rule in sorted(pack.items())]
+    for rule, res in zip(rules, check_rules(spark, rules), strict=True):
+        assert res.rule_id == rule.rule_id
         if not res.passed:
-            failures[rid] = res.problems
+            failures[rule.rule_id] = res.problems
         else:
             assert res.positives >= 1 and res.negatives == 0
     assert not failures, failures
