@@ -3,13 +3,15 @@
 One module-scoped lake: ``nightjar generate`` (a few labelled attacks) to the session's real broker, then
 ``nightjar run --available-now`` (Kafka -> bronze/events/dhcp_sessions -> detections -> alerts). The query
 functions are checked against the generator's ground truth, then every page is driven in a real Streamlit server
-with headless Chromium; each page's screenshot goes to docs/images/.
+with headless Chromium. Each page's screenshot goes to the test's temp dir, or, with
+``NIGHTJAR_SCREENSHOTS=docs/images``, refreshes the ones the README and docs/dashboard.md show.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from dashboard.alerts_data import (
 from dashboard.rules_catalog import load_catalog
 from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells
 
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+SCREENSHOTS_ENV = "NIGHTJAR_SCREENSHOTS"  # a directory: write the pages' screenshots there (docs/images to refresh)
 SCENARIOS = {"ssh_brute_force", "sudo_non_admin", "ioc_match", "new_country_login", "port_scan_vertical"}
 
 pytestmark = pytest.mark.slow
@@ -172,17 +174,23 @@ def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[s
 
 
 @pytest.fixture(scope="module")
-def driver(served: str):
+def driver(served: str, tmp_path_factory):
     d = _chrome()
     d.set_window_size(1600, 1700)  # tall enough for each page's screenshot
+    wanted = os.environ.get(SCREENSHOTS_ENV)
+    d.screenshots = (Path(wanted), True) if wanted else (tmp_path_factory.mktemp("screenshots"), False)
     yield d
     d.quit()
 
 
 def _screenshot(driver, name: str) -> None:
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    time.sleep(1.0)  # let charts finish drawing
-    driver.save_screenshot(str(IMAGES / f"dashboard-{name}.png"))
+    """A screenshot of the page for the docs (when asked) or for a failure's post-mortem (a temp dir): no
+    assertion looks at it."""
+    directory, for_docs = driver.screenshots
+    if for_docs:
+        time.sleep(1.0)  # let charts finish drawing: only pictures for the docs need that
+    directory.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(directory / f"dashboard-{name}.png"))
 
 
 def _cells(driver, predicate, timeout: float = 60.0) -> list[str]:
