@@ -21,8 +21,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LOG4J_CONFIG = Path(__file__).parent / "resources" / "log4j2.properties"
-# FAIR scheduler pools: "default" for every query, "ml" (served only when "default" waits for nothing) for scoring.
+# FAIR scheduler pools: "default" for the alert path (ingest, rules); "ml" (scoring) and "enrichment"
+# (auth_sessions) are served only when "default" waits for nothing.
 FAIR_POOLS_FILE = Path(__file__).parent / "resources" / "fairscheduler.xml"
+POOL_PROPERTY = "spark.scheduler.pool"
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the import root of core, ingest, alerts, …
 # Spark's default (secret|password|token|access key) plus every word that marks a Kafka credential setting.
 REDACTION_REGEX = "(?i)" + "|".join(["access[.]?key", *(re.escape(w) for w in SECRET_SETTING_WORDS)])
@@ -172,6 +174,36 @@ def materialized(df: DataFrame) -> DataFrame:
     Release with :func:`release`.
     """
     return df.localCheckpoint(eager=True)
+
+
+@contextlib.contextmanager
+def scheduler_pool(spark: SparkSession, pool: str) -> Iterator[None]:
+    """Streaming queries started inside this block run every micro-batch's jobs in FAIR pool ``pool`` (one of
+    :data:`FAIR_POOLS_FILE`): a query's thread copies the starting thread's local properties when it is created. The
+    property is removed on leaving, so queries started later from this thread stay in "default"."""
+    sc = spark.sparkContext
+    sc.setLocalProperty(POOL_PROPERTY, pool)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty(POOL_PROPERTY, None)  # type: ignore[arg-type]  # None removes it: back to "default"
+
+
+class PoolCheck:
+    """Called from a query's ``foreachBatch``: says once (INFO) which FAIR pool its micro-batches run in, or warns
+    when it is not ``expected`` (a query started outside :func:`scheduler_pool`)."""
+
+    def __init__(self, spark: SparkSession, query: str, expected: str) -> None:
+        self.spark, self.query, self.expected, self.done = spark, query, expected, False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        pool = self.spark.sparkContext.getLocalProperty(POOL_PROPERTY)
+        (log.info if pool == self.expected else log.warning)(
+            "%s query: micro-batches run in scheduler pool %r (%s mode)", self.query, pool,
+            self.spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"))
 
 
 def in_this_query(fn: Callable[..., T]) -> Callable[..., T]:

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # the query is named after the table it writes
 APP_ID = f"nightjar.{QUERY_AUTH_SESSIONS}"
+SCHEDULER_POOL = "enrichment"  # a pool of core/resources/fairscheduler.xml, served after "default"
 JOIN_RANGE = "2 minutes"  # a Zeek record belongs to a login when it started within this of the login
 SSH_PORT = 22
 # The login's service -> the server ports whose Zeek conn records can be its connection.
@@ -192,11 +193,14 @@ def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events
     detection query reads it) -> joins -> the ``auth_sessions`` Delta table, exactly once per micro-batch (Delta app
     transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped)."""
     from core.errors import short_batch_errors
+    from core.spark_session import PoolCheck, scheduler_pool
     from ingest.delta_sink import write_batch
 
     path = settings.table_path(TABLE_AUTH_SESSIONS)
+    pool_check = PoolCheck(spark, QUERY_AUTH_SESSIONS, SCHEDULER_POOL)
 
     def write(df: DataFrame, batch_id: int) -> None:
+        pool_check()
         rows = write_batch(df, path, APP_ID, batch_id)
         if rows:
             log.info("%s batch %d: %d login(s) written", QUERY_AUTH_SESSIONS, batch_id, rows)
@@ -205,7 +209,10 @@ def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events
     writer = (sessions.writeStream.queryName(QUERY_AUTH_SESSIONS).outputMode("append")
               .foreachBatch(short_batch_errors(write))
               .option("checkpointLocation", str(settings.checkpoint(QUERY_AUTH_SESSIONS))))
-    query = trigger.apply(writer).start()
-    log.info("started query %s (watermark %s, join range ±%s)", QUERY_AUTH_SESSIONS, DEFAULT_AUTH_SESSIONS_WATERMARK,
-             JOIN_RANGE)
+    # Off the alert path (no rule reads auth_sessions): its batches take a core only when no ingest or rule task
+    # waits, so that they do not add to event -> alert latency on a small machine.
+    with scheduler_pool(spark, SCHEDULER_POOL):
+        query = trigger.apply(writer).start()
+    log.info("started query %s (watermark %s, join range ±%s, scheduler pool %s)", QUERY_AUTH_SESSIONS,
+             DEFAULT_AUTH_SESSIONS_WATERMARK, JOIN_RANGE, SCHEDULER_POOL)
     return query

@@ -84,7 +84,9 @@ def state_rows(query) -> int:
 
 @pytest.mark.slow
 def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_watermark_and_state_is_dropped(
-        spark, own_broker, tmp_path):
+        spark, own_broker, tmp_path, caplog):
+    import logging
+
     from alerts.detection_input import events_schema
     from alerts.detection_stream import events_stream
     from enrich.auth_sessions import start_auth_sessions
@@ -95,6 +97,7 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
     write_deltalake(str(lake / TABLE_ASSETS), pa.table({"host": [BASTION, DB, FILESRV],
                                                         "ip": [BASTION_IP, DB_IP, FILESRV_IP]}))
     drain = Trigger(available_now=True)
+    caplog.set_level(logging.INFO, logger="core.spark_session")
 
     def round_(records: list[tuple[str, bytes]]):
         """One round: to Kafka, through ingest into events, then one available-now run of auth_sessions."""
@@ -122,6 +125,8 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
                 windows_logon(T0 + 48, "ivan", "127.0.0.1", 0, 2)])
     assert not (lake / TABLE_AUTH_SESSIONS).exists() or sessions(lake) == {}
     assert state_rows(q) > 0  # the waiting logins and flows are held in the joins' state
+    # Off the alert path: its micro-batches run in the low-priority pool (core/resources/fairscheduler.xml).
+    assert "auth_sessions query: micro-batches run in scheduler pool 'enrichment' (FAIR mode)" in caplog.text
 
     # Round 2, a later micro-batch: alice's login (flow already in state), bob's flow (login already in state).
     q = round_([login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),

@@ -340,18 +340,20 @@ def test_the_ml_trigger_setting_one_duration_syntax_never_faster_than_the_pipeli
     assert out.stderr.strip().startswith("nightjar tables: error: NIGHTJAR_ML_TRIGGER"), out.stderr
 
 
-def test_the_session_schedules_fair_with_a_low_priority_ml_pool(spark):
+def test_the_session_schedules_fair_with_low_priority_ml_and_enrichment_pools(spark):
     """The allocation file is loaded (not silently replaced by defaults): "default" always below its minShare, so
-    served first; "ml" never is."""
+    served first; "ml" and "enrichment" (the queries off the alert path) never are."""
     from alerts.ml.ml_scoring import SCHEDULER_POOL
+    from enrich.auth_sessions import SCHEDULER_POOL as ENRICHMENT_POOL
 
     sc = spark.sparkContext
     assert sc.getConf().get("spark.scheduler.mode") == "FAIR"
-    pools = {name: sc._jsc.sc().getPoolForName(name) for name in ("default", SCHEDULER_POOL)}
+    pools = {name: sc._jsc.sc().getPoolForName(name) for name in ("default", SCHEDULER_POOL, ENRICHMENT_POOL)}
     assert all(p.isDefined() for p in pools.values())
-    default, ml = pools["default"].get(), pools[SCHEDULER_POOL].get()
-    assert str(default.schedulingMode()) == "FIFO" and str(ml.schedulingMode()) == "FIFO"
-    assert default.minShare() >= 1000 and ml.minShare() == 0 and ml.weight() < default.weight()
+    default = pools.pop("default").get()
+    assert str(default.schedulingMode()) == "FIFO" and default.minShare() >= 1000
+    for low in (p.get() for p in pools.values()):
+        assert str(low.schedulingMode()) == "FIFO" and low.minShare() == 0 and low.weight() < default.weight()
 
 
 def test_the_live_scoring_query_runs_on_its_own_trigger_in_the_ml_pool(spark, events, trained, broker, tmp_path,
@@ -362,15 +364,16 @@ def test_the_live_scoring_query_runs_on_its_own_trigger_in_the_ml_pool(spark, ev
     import logging
     import time
 
-    from alerts.ml.ml_scoring import POOL_PROPERTY, start_ml_scoring
+    from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import Settings
+    from core.spark_session import POOL_PROPERTY
     from nightjar.pipeline import Trigger
 
     settings = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "lake", shuffle_partitions=2,
                         ml_trigger="45 seconds")
     write_in_three_commits(events["eval"], settings.lake)
     _save(settings.lake, "behaviour", trained["behaviour"])
-    caplog.set_level(logging.INFO, logger="alerts.ml.ml_scoring")
+    caplog.set_level(logging.INFO, logger="core.spark_session")
     q = start_ml_scoring(spark, settings, Trigger(interval="1 second"))
     try:
         assert spark.sparkContext.getLocalProperty(POOL_PROPERTY) is None

@@ -30,13 +30,13 @@ import pandas as pd
 from alerts.alert_builder import RuleMeta
 from alerts.ml import behaviour_model, domain_model
 from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, Settings
+from core.spark_session import PoolCheck, scheduler_pool
 
 log = logging.getLogger(__name__)
 
 QUERY_ML = "ml"
 APP_ID = f"nightjar.{QUERY_ML}"
 SCHEDULER_POOL = "ml"  # a pool of core/resources/fairscheduler.xml
-POOL_PROPERTY = "spark.scheduler.pool"
 BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.SIGNATURE
 DOMAIN_FEATURES: tuple[str, ...] = domain_model.LEXICAL_FEATURES
 MODEL_FEATURES: dict[str, tuple[str, ...]] = {ML_BEHAVIOUR_MODEL: BEHAVIOUR_FEATURES,
@@ -202,14 +202,10 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
     if health is not None:
         health.track(rule_ids, QUERY_ML)
 
-    pool_checked = []
+    pool_check = PoolCheck(spark, QUERY_ML, SCHEDULER_POOL)  # once per start: say where the batches run
 
     def write(df, batch_id: int) -> None:
-        if not pool_checked:  # once per start: say where the batches run (and warn when not in the ml pool)
-            pool_checked.append(pool := spark.sparkContext.getLocalProperty(POOL_PROPERTY))
-            (log.info if pool == SCHEDULER_POOL else log.warning)(
-                "%s query: micro-batches run in scheduler pool %r (%s mode)", QUERY_ML, pool,
-                spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO"))
+        pool_check()
         bc, _versions = models.current()
         if bc is None:
             # No usable model (all refused): nothing to score, but the batch is still run so that the features'
@@ -240,12 +236,8 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
               .option("checkpointLocation", str(settings.checkpoint(QUERY_ML))))
     interval = ml_interval(settings, trigger)
     writer = writer.trigger(availableNow=True) if interval is None else writer.trigger(processingTime=interval)
-    sc = spark.sparkContext
-    sc.setLocalProperty(POOL_PROPERTY, SCHEDULER_POOL)
-    try:
+    with scheduler_pool(spark, SCHEDULER_POOL):
         query = writer.start()
-    finally:
-        sc.setLocalProperty(POOL_PROPERTY, None)  # type: ignore[arg-type]  # None removes it: back to "default"
     log.info("started query %s (trigger %s, scheduler pool %s): models %s", QUERY_ML, interval or "available-now",
              SCHEDULER_POOL, ", ".join(MODEL_FEATURES))
     return query
