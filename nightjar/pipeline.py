@@ -70,6 +70,7 @@ QUERIES = (QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS)
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
 AUX_START_CAP_S = 120.0  # the longest a live run defers a query that is off the alert path (auth_sessions)
+ROWS_PER_WRITE_TASK = 2000  # an ingest batch's rows per write/rule task (see write_partitions)
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
 
 
@@ -190,12 +191,13 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
         # Kafka read, parsed and attributed once for every table, and stored as plain rows: the plans below (four
         # writes, the enrichment, the rules) are then planned over a scan of stored blocks, not over the whole
         # ingest plan with a cache lookup each (see core.spark_session.materialized).
-        unified = materialized(df)
+        stored = materialized(df)
         try:
+            rows = stored.count()
             # An idle micro-batch (a live run between arrivals, the drain's last) has nothing to write or detect: skip
             # the four table writes and the rules, each a Spark job with Python workers (~10 s per empty batch
             # measured at load 14, during which a record that arrives waits).
-            if tables_ready and unified.isEmpty():
+            if tables_ready and rows == 0:
                 if detector is not None:
                     detector.idle()
                 fault_point("batch.end")
@@ -203,6 +205,11 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
             # bronze, quarantine and dhcp_sessions are written beside the events chain (enrich, write, rules): each
             # table commits on its own app transaction, so no order between them matters for a replay, and side by
             # side their small jobs and commits overlap (docs/performance.md, sixteenth session).
+            # The batch comes in the lease state's shuffle partitions (fixed by the checkpoint); a live batch of tens
+            # of rows would then run every write and rule as that many tasks, each with its Python worker round trip
+            # and its own Delta file. Small batches go on in fewer partitions (docs/performance.md, seventeenth
+            # session); coalescing stored rows moves no data between executors' processes beyond the read.
+            unified = stored.coalesce(write_partitions(rows))
             side = [writers.submit(in_this_query(write_batch), frame(unified), paths[table], app(table), batch_id)
                     for table, frame in side_tables.items()]
             try:
@@ -220,7 +227,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
             fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
             tables_ready = True
         finally:
-            release(unified)
+            release(stored)
 
     drain = trigger.available_now
     records = read_kafka(spark, settings, drain=drain)
@@ -236,6 +243,12 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     # supervisor stops it between two micro-batches, once one without input has run.
     with session_conf(spark, INGEST_QUERY_CONF):  # the wide parse plan: see core/spark_session.py
         return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
+
+
+def write_partitions(rows: int) -> int:
+    """Partitions for an ingest micro-batch of ``rows`` rows: one per :data:`ROWS_PER_WRITE_TASK` started (at least
+    one; coalescing never adds any, so a large batch keeps the state's partitions and both cores)."""
+    return max(1, -(-rows // ROWS_PER_WRITE_TASK))
 
 
 def _static_enrichment(spark: SparkSession, settings: Settings) -> Callable[[DataFrame], DataFrame]:
