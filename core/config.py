@@ -74,6 +74,11 @@ DEFAULT_ML_TRIGGER = "60 seconds"
 # auth_sessions (enrich/auth_sessions.py): how late a login or a Zeek record may arrive (event time) and still be
 # joined; with the join's ±2 minutes this bounds how long either side is held in state.
 DEFAULT_AUTH_SESSIONS_WATERMARK = "2 minutes"
+# How often the auth_sessions query runs a micro-batch when live (never more often than the pipeline's --trigger).
+# No rule reads the table (it serves hunting and the dashboard), and each batch costs 3-4 s of CPU whatever its
+# size: at a 1-s trigger its tasks held both cores while ingest batches waited (docs/performance.md, seventeenth
+# session).
+DEFAULT_AUTH_SESSIONS_TRIGGER = "30 seconds"
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
 # Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the
@@ -96,6 +101,7 @@ ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
 # names the directories the pipeline re-reads.
 ENV_RULES = "NIGHTJAR_RULES"
 ENV_ML_TRIGGER = "NIGHTJAR_ML_TRIGGER"  # the scoring query's live trigger, any core/durations.py spelling
+ENV_AUTH_SESSIONS_TRIGGER = "NIGHTJAR_AUTH_SESSIONS_TRIGGER"  # the auth_sessions query's live trigger, likewise
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
@@ -170,6 +176,7 @@ class Settings:
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
     upkeep_interval_s: float = 600.0  # `nightjar run`'s background compaction/vacuum (nightjar/upkeep.py); 0: off
     ml_trigger: str = DEFAULT_ML_TRIGGER  # Spark interval text; settings_from_env normalizes any duration spelling
+    auth_sessions_trigger: str = DEFAULT_AUTH_SESSIONS_TRIGGER  # likewise
 
     def __post_init__(self) -> None:
         # Whatever mapping was given, its repr must hide the credentials: Settings are logged and end up in tracebacks.
@@ -215,28 +222,36 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["spark_master"] = env[ENV_SPARK_MASTER]
     if env.get(ENV_RULES):
         values["rules"] = tuple(Path(p) for p in env[ENV_RULES].split(os.pathsep) if p)
-    if env.get(ENV_ML_TRIGGER):
-        values["ml_trigger"] = env[ENV_ML_TRIGGER]
+    for key, name in _TRIGGER_SETTINGS.items():
+        if env.get(name):
+            values[key] = env[name]
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
             values[key] = Path(value) if key == "lake" else value
     # Absolute from here on: on a cluster the lake path travels to executors, whose working directory is not ours.
     values["lake"] = Path(values.get("lake", Settings.lake)).absolute()  # type: ignore[arg-type]
-    if "ml_trigger" in values:
-        values["ml_trigger"] = ml_trigger_interval(values["ml_trigger"])  # type: ignore[arg-type]
+    for key, name in _TRIGGER_SETTINGS.items():
+        if key in values:
+            values[key] = trigger_interval(values[key], name)  # type: ignore[arg-type]
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def ml_trigger_interval(text: str | float) -> str:
-    """The ML scoring trigger (``30s``, ``1m``, ``2 minutes``, …) as Spark's interval text; UserError otherwise."""
+# The live triggers of the queries off the alert path: Settings field -> its environment variable.
+_TRIGGER_SETTINGS = {"ml_trigger": ENV_ML_TRIGGER, "auth_sessions_trigger": ENV_AUTH_SESSIONS_TRIGGER}
+_TRIGGER_WHAT = {ENV_ML_TRIGGER: "the ML scoring trigger", ENV_AUTH_SESSIONS_TRIGGER: "the auth_sessions trigger"}
+
+
+def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
+    """A query's live trigger (``30s``, ``1m``, ``2 minutes``, …) as Spark's interval text; a UserError naming
+    ``env_name`` otherwise."""
     from core.durations import parse_duration, spark_interval
     from core.errors import UserError
 
     try:
-        seconds = parse_duration(text, f"{ENV_ML_TRIGGER} (the ML scoring trigger)")
+        seconds = parse_duration(text, f"{env_name} ({_TRIGGER_WHAT.get(env_name, 'a trigger')})")
     except ValueError as exc:
         raise UserError(str(exc), exit_code=2) from None
     if seconds <= 0:
-        raise UserError(f"{ENV_ML_TRIGGER} {text!r} must be longer than zero", exit_code=2)
+        raise UserError(f"{env_name} {text!r} must be longer than zero", exit_code=2)
     return spark_interval(seconds)

@@ -191,7 +191,8 @@ def auth_sessions_batch(events: DataFrame, servers: DataFrame | None = None) -> 
 def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events: DataFrame) -> StreamingQuery:
     """The ``auth_sessions`` query: ``events`` (the events table through the Delta streaming source, as the windowed
     detection query reads it) -> joins -> the ``auth_sessions`` Delta table, exactly once per micro-batch (Delta app
-    transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped)."""
+    transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped). ``trigger``: the pipeline's
+    (``nightjar.pipeline.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
     from core.errors import short_batch_errors
     from core.spark_session import PoolCheck, scheduler_pool
     from ingest.delta_sink import write_batch
@@ -211,8 +212,11 @@ def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events
               .option("checkpointLocation", str(settings.checkpoint(QUERY_AUTH_SESSIONS))))
     # Off the alert path (no rule reads auth_sessions): its batches take a core only when no ingest or rule task
     # waits, so that they do not add to event -> alert latency on a small machine.
+    # Live, it also runs less often (settings.auth_sessions_trigger): each batch costs seconds of CPU whatever its size.
+    trigger = trigger.slowed_to(settings.auth_sessions_trigger)
     with scheduler_pool(spark, SCHEDULER_POOL):
         query = trigger.apply(writer).start()
-    log.info("started query %s (watermark %s, join range ±%s, scheduler pool %s)", QUERY_AUTH_SESSIONS,
-             DEFAULT_AUTH_SESSIONS_WATERMARK, JOIN_RANGE, SCHEDULER_POOL)
+    log.info("started query %s (trigger %s, watermark %s, join range ±%s, scheduler pool %s)", QUERY_AUTH_SESSIONS,
+             "available-now" if trigger.available_now else trigger.interval, DEFAULT_AUTH_SESSIONS_WATERMARK,
+             JOIN_RANGE, SCHEDULER_POOL)
     return query

@@ -134,6 +134,20 @@ class Trigger:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=self.interval)
 
+    def at_least(self, interval: str) -> str | None:
+        """The interval of a query off the alert path that runs every ``interval`` but never more often than this
+        trigger; ``None`` for an available-now run (that query drains like every other)."""
+        from core.durations import parse_duration
+
+        if self.available_now:
+            return None
+        return max((interval, self.interval), key=parse_duration)
+
+    def slowed_to(self, interval: str) -> Trigger:
+        """This trigger for a query that runs at most every ``interval`` (see :meth:`at_least`)."""
+        slowed = self.at_least(interval)
+        return self if slowed is None else Trigger(interval=slowed)
+
 
 def parse_interval(text: str) -> str:
     """``1s`` / ``500ms`` / ``2 minutes`` -> Spark's interval spelling; UserError on anything else."""

@@ -210,3 +210,21 @@ def test_the_batch_join_over_history_gives_the_same_sessions(spark):
     assert rows["alice"]["matched"] and rows["alice"]["zeek_uid"] == "CAlice0000000001"
     assert rows["alice"]["bytes_in"] == 52000 and rows["alice"]["zeek_auth_success"] is True
     assert rows["carol"]["matched"] is False and rows["carol"]["server_ip"] == BASTION_IP
+
+
+def test_live_the_query_runs_on_its_own_slower_trigger_and_a_drain_stays_a_drain():
+    """Off the alert path: live, ``auth_sessions`` runs every NIGHTJAR_AUTH_SESSIONS_TRIGGER (default 30 s), never
+    more often than the pipeline's trigger; an available-now run drains it like every other query."""
+    from core.config import DEFAULT_AUTH_SESSIONS_TRIGGER, settings_from_env
+    from core.errors import UserError
+    from nightjar.pipeline import Trigger
+
+    assert settings_from_env(environ={}).auth_sessions_trigger == DEFAULT_AUTH_SESSIONS_TRIGGER == "30 seconds"
+    every = settings_from_env(environ={"NIGHTJAR_AUTH_SESSIONS_TRIGGER": "2m"}).auth_sessions_trigger
+    assert every == "120 seconds"
+    with pytest.raises(UserError, match="NIGHTJAR_AUTH_SESSIONS_TRIGGER") as err:
+        settings_from_env(environ={"NIGHTJAR_AUTH_SESSIONS_TRIGGER": "soon"})
+    assert err.value.exit_code == 2
+    assert Trigger(interval="1 second").slowed_to(every) == Trigger(interval="120 seconds")
+    assert Trigger(interval="5 minutes").slowed_to(every) == Trigger(interval="5 minutes")
+    assert Trigger(available_now=True).slowed_to(every) == Trigger(available_now=True)

@@ -173,11 +173,7 @@ def models_available(settings: Settings) -> bool:
 def ml_interval(settings: Settings, trigger) -> str | None:
     """The scoring query's processing-time interval: ``settings.ml_trigger``, but never shorter than the pipeline's
     own trigger; ``None`` for an available-now run (the query drains like every other)."""
-    from core.durations import parse_duration
-
-    if trigger.available_now:
-        return None
-    return max((settings.ml_trigger, trigger.interval), key=parse_duration)
+    return trigger.at_least(settings.ml_trigger)
 
 
 def start_ml_scoring(spark, settings: Settings, trigger, health=None):
