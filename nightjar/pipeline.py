@@ -222,7 +222,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
             # The batch comes in the lease state's shuffle partitions (fixed by the checkpoint); a live batch of tens
             # of rows would then run every write and rule as that many tasks, each with its Python worker round trip
             # and its own Delta file. Small batches go on in fewer partitions (docs/performance.md, seventeenth
-            # session); coalescing stored rows moves no data between executors' processes beyond the read.
+            # session): a coalesce of stored blocks is a narrow read, no shuffle.
             unified = stored.coalesce(write_partitions(rows))
             side = [writers.submit(in_this_query(write_batch), frame(unified), paths[table], app(table), batch_id)
                     for table, frame in side_tables.items()]
