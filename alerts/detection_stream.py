@@ -46,7 +46,7 @@ from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
 from core.errors import short_batch_errors
-from core.spark_session import materialized, release
+from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, session_conf
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +472,9 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     out = aggregate(events, specs).withColumn(BATCH_TS, F.current_timestamp())
     writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(short_batch_errors(write))
               .option("checkpointLocation", str(checkpoint)))
-    query = trigger.apply(writer).start()
+    # Update mode emits nothing when only the watermark moves: no such batches (see NO_DATA_BATCHES_OFF).
+    with session_conf(spark, NO_DATA_BATCHES_OFF if output_mode == "update" else {}):
+        query = trigger.apply(writer).start()
     log.info("started query %s: %d windowed rule(s) (%s)", name, len(rules), ", ".join(sorted(ids)))
     return query
 

@@ -144,6 +144,15 @@ INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, **NO_SUBEXPRESSION_CACHE,
                      "spark.sql.optimizer.excludedRules": ",".join(INGEST_EXCLUDED_RULES)}
 
 
+# No micro-batch without input for the windowed query in update mode (start_windowed). After each batch that moves
+# the watermark Spark runs one more, without data, only to evict the windows the watermark passed: in update mode
+# it emits nothing (alerts come from updated windows, never from closed ones), yet live it cost 0.8-1.2 s every
+# other batch, on the cores the ingest query needs, and new events waited for it. The next batch with input evicts
+# the same windows, and late rows are dropped by the same watermark either way. The append-mode query keeps them
+# (it emits a window when the watermark closes it), and so do auth_sessions (unmatched logins) and ML scoring.
+NO_DATA_BATCHES_OFF = {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
+
+
 @contextlib.contextmanager
 def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
     """Set SQL ``values`` on ``spark`` for the block, then restore them.

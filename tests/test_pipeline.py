@@ -135,6 +135,12 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
         while not (auth_checkpoint / "metadata").exists():  # its start follows the events' first batch
             assert run.is_alive() and time.monotonic() < deadline + 260, "auth_sessions never started"
             time.sleep(0.5)
+        # The windowed query (update mode) runs no micro-batch only to move the watermark: it would emit nothing,
+        # and live it held a core every other batch while new events waited (core.spark_session.
+        # NO_DATA_BATCHES_OFF). The queries that emit when the watermark passes keep them (auth_sessions here).
+        no_data = {q.name: _stream_conf(q, "spark.sql.streaming.noDataMicroBatches.enabled")
+                   for q in spark.streams.active}
+        assert no_data.get("windowed") == "false" and no_data.get(QUERY_AUTH_SESSIONS) == "true", no_data
     finally:
         stop.set()
         run.join(300)
@@ -144,6 +150,11 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
     progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
     ioc = max((p for p in progress if p["rule_id"] == "ioc_match"), key=lambda p: p["timestamp"])
     assert ioc["status"] == "running" and ioc["last_batch_at"] is not None  # idle batches count as batches run
+
+
+def _stream_conf(query, key: str) -> str:
+    """A SQL setting as a running query's micro-batches see it (the session copy Spark took at ``start()``)."""
+    return query._jsq.streamingQuery().sparkSessionForStream().conf().get(key)
 
 
 def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_writes_nothing(
