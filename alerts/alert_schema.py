@@ -27,6 +27,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from core.spark_session import PerContext
+
 SEVERITIES: tuple[str, ...] = ("low", "medium", "high", "critical")
 ENTITY_TYPES: tuple[str, ...] = ("ip", "user", "host", "domain", "mac", "rule")  # "rule": health alerts
 MAX_EVIDENCE = 20  # event ids carried by an alert (the contract's "up to 20")
@@ -89,15 +91,8 @@ def alert_id_column(rule_id: Column, entity_type: Column, entity_value: Column, 
     return F.substring(F.sha2(text, 256), 1, 32)
 
 
-def conform_candidates(df: DataFrame) -> DataFrame:
-    """``df`` with exactly :data:`CANDIDATE_SCHEMA` (names, order, types and nullability): its columns cast to
-    their types, evidence cut to :data:`MAX_EVIDENCE`, non-nullable columns made non-nullable (a rule only emits
-    rows where they are set; the fallbacks — window bounds for times, 0, empty — only tell Spark's type system
-    so) and nullable ones nullable, so that ``df.to(CANDIDATE_SCHEMA)``, unions with other rules' candidates and
-    the sinks' schema checks accept the frame."""
-    missing = [f.name for f in CANDIDATE_SCHEMA.fields if f.name not in df.columns]
-    if missing:
-        raise ValueError(f"candidates lack column(s) {', '.join(missing)} (see alerts.alert_schema.CANDIDATE_SCHEMA)")
+def _conform_columns() -> list[Column]:
+    """:func:`conform_candidates`' projection (the same for every frame: built once per Spark context)."""
     epoch = F.lit(dt.datetime(1970, 1, 1)).cast(TimestampType())
     fallback: dict[str, Column] = {
         "rule_id": F.lit(""),
@@ -120,4 +115,19 @@ def conform_candidates(df: DataFrame) -> DataFrame:
         else:  # the identity, but nullable: a literal or non-null expression must not make the column NOT NULL
             col = F.when(col.isNotNull(), col)
         cols.append(col.alias(f.name))
-    return df.select(*cols)
+    return cols
+
+
+_CONFORM_COLUMNS = PerContext(_conform_columns)
+
+
+def conform_candidates(df: DataFrame) -> DataFrame:
+    """``df`` with exactly :data:`CANDIDATE_SCHEMA` (names, order, types and nullability): its columns cast to
+    their types, evidence cut to :data:`MAX_EVIDENCE`, non-nullable columns made non-nullable (a rule only emits
+    rows where they are set; the fallbacks — window bounds for times, 0, empty — only tell Spark's type system
+    so) and nullable ones nullable, so that ``df.to(CANDIDATE_SCHEMA)``, unions with other rules' candidates and
+    the sinks' schema checks accept the frame."""
+    missing = [f.name for f in CANDIDATE_SCHEMA.fields if f.name not in df.columns]
+    if missing:
+        raise ValueError(f"candidates lack column(s) {', '.join(missing)} (see alerts.alert_schema.CANDIDATE_SCHEMA)")
+    return df.select(*_CONFORM_COLUMNS.get())

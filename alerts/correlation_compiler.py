@@ -80,11 +80,13 @@ from alerts.window_aggregator import (
     GROUP,
     WATERMARK_METADATA_KEY,
     WindowedRule,
-    candidates,
+    candidate_columns,
+    candidates_from,
     items_of,
     parse_span_us,
     run_windowed,
 )
+from core.spark_session import PerContext
 from ingest.normalize import EVENT_TIME_COLUMN
 
 __all__ = [
@@ -498,10 +500,11 @@ def _windowed(plan: _Plan, schema: StructType, columns: Sequence[str], key: str)
                         F.col(field(EVENT_ID_FIELD)[0]).cast("string").alias("id"), bits.alias("b"))
     integral = plan.type == T.VALUE_SUM and isinstance(value_type, ByteType | ShortType | IntegerType | LongType
                                                        | DecimalType)
+    columns = PerContext(lambda: _finish_columns(plan, integral))  # built at the first batch, then reused
     return WindowedRule(
         key=key, rule_id=plan.rule_id, window_us=parse_span_us(plan.window), slide_us=parse_span_us(plan.slide),
         matches=matches, group=tuple(group), value=value, amount=amount, item=item,
-        finish=lambda agg: _finish(plan, agg, integral),
+        finish=lambda agg: candidates_from(agg, columns.get()),
         output_mode="update" if _monotone(plan) else "append",
     )
 
@@ -651,6 +654,7 @@ def _evidence(plan: _Plan) -> Column | None:
     return F.transform(picked, lambda x: x["id"]).cast(ArrayType(StringType()))
 
 
-def _finish(plan: _Plan, aggregated: DataFrame, integral: bool) -> DataFrame:
-    return candidates(aggregated, plan.rule_id, plan.entity_type, plan.entity_index, condition=_condition(plan),
-                      detail=_detail(plan, integral), evidence_ids=_evidence(plan))
+def _finish_columns(plan: _Plan, integral: bool) -> tuple[Column, list[Column]]:
+    """The rule's candidate filter and projection: built once per Spark context, applied to every batch."""
+    return candidate_columns(plan.rule_id, plan.entity_type, plan.entity_index, condition=_condition(plan),
+                             detail=_detail(plan, integral), evidence_ids=_evidence(plan))

@@ -196,8 +196,25 @@ def candidates(aggregated: DataFrame, rule_id: str, entity_type: str, entity_ind
                last: Column | None = None, count: Column | None = None) -> DataFrame:
     """Rows of ``aggregated`` satisfying ``condition`` as candidates (the common columns filled from the generic
     aggregates unless given)."""
+    return candidates_from(aggregated, candidate_columns(
+        rule_id, entity_type, entity_index, condition=condition, detail=detail, evidence_ids=evidence_ids, host=host,
+        user=user, first=first, last=last, count=count))
+
+
+def candidates_from(aggregated: DataFrame, columns: tuple[Column, list[Column]]) -> DataFrame:
+    """:func:`candidates` from columns built before by :func:`candidate_columns` (e.g. once per rule and Spark
+    context, :class:`core.spark_session.PerContext`: they do not depend on the batch)."""
+    where, select = columns
+    return conform_candidates(aggregated.where(where).select(*select))
+
+
+def candidate_columns(rule_id: str, entity_type: str, entity_index: int, *, condition: Column,
+                      detail: Column | None, evidence_ids: Column | None = None, host: Column | None = None,
+                      user: Column | None = None, first: Column | None = None, last: Column | None = None,
+                      count: Column | None = None) -> tuple[Column, list[Column]]:
+    """The filter and the projection of :func:`candidates`: expressions only, no DataFrame."""
     w = F.col(WINDOW)
-    out = aggregated.where(F.coalesce(condition, F.lit(False))).select(
+    return F.coalesce(condition, F.lit(False)), [
         F.lit(rule_id).alias("rule_id"),
         F.struct(F.lit(entity_type).alias("type"),
                  F.element_at(F.col(GROUP), entity_index + 1).alias("value")).cast(ENTITY_TYPE).alias("entity"),
@@ -211,8 +228,7 @@ def candidates(aggregated: DataFrame, rule_id: str, entity_type: str, entity_ind
         (user if user is not None else F.col("user")).alias("user_name"),
         F.nullif(detail, F.lit("")).alias("detail") if detail is not None else F.lit(None).cast("string").alias(
             "detail"),
-    )
-    return conform_candidates(out)
+    ]
 
 
 def parse_span_us(text: str) -> int:

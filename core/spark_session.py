@@ -8,10 +8,12 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from core.config import OWNER_ONLY_UMASK, SECRET_SETTING_WORDS, Settings
@@ -153,6 +155,30 @@ INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, **NO_SUBEXPRESSION_CACHE,
 NO_DATA_BATCHES_OFF = {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}
 
 
+class PerContext(Generic[T]):
+    """A value built once per Spark context, for expressions a micro-batch applies again and again.
+
+    A ``Column`` is an unresolved expression held by the JVM of one Spark context; any DataFrame of that context can
+    use it, and building one costs a Py4J round trip per function call (~0.1 ms, more under load). The windowed
+    query's batch rebuilt every rule's candidate columns: ~4,800 round trips, 0.5-0.8 s of each batch
+    (docs/performance.md, eighteenth session). Built again when the active context changes (a stopped and
+    restarted session). Driver-side only, like the Columns themselves.
+    """
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._context: SparkContext | None = None
+        self._value: T | None = None
+
+    def get(self) -> T:
+        context = SparkContext._active_spark_context
+        with self._lock:
+            if context is None or self._context is not context:
+                self._value, self._context = self._build(), context
+            return self._value  # type: ignore[return-value]
+
+
 @contextlib.contextmanager
 def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
     """Set SQL ``values`` on ``spark`` for the block, then restore them.
@@ -223,8 +249,6 @@ def in_this_query(fn: Callable[..., T]) -> Callable[..., T]:
 
     Why threads at all: a ``foreachBatch`` body that writes four tables runs four small jobs and four commits one
     after the other, each too small to use both cores; run side by side they overlap (docs/performance.md)."""
-    from pyspark import SparkContext
-
     sc = SparkContext._active_spark_context
     if sc is None:
         return fn

@@ -3,7 +3,7 @@ rules and no subexpression cache) stay with that query."""
 
 from __future__ import annotations
 
-from core.spark_session import INGEST_QUERY_CONF, session_conf
+from core.spark_session import INGEST_QUERY_CONF, PerContext, session_conf
 
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
@@ -99,3 +99,22 @@ def test_in_this_query_runs_in_another_thread_with_its_own_copy_of_the_callers_j
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
         sc.setLocalProperty("spark.job.interruptOnCancel", None)
+
+
+def test_a_per_context_value_is_built_once_and_its_columns_serve_every_frame(spark):
+    """The windowed query's rules build their candidate columns once (PerContext) and apply them to every batch:
+    each frame gets its own rows, the expression is not rebuilt."""
+    from pyspark.sql import functions as F
+
+    built: list[int] = []
+
+    def build():
+        built.append(1)
+        return (F.col("x") * 2).alias("y")
+
+    doubled = PerContext(build)
+    first = spark.createDataFrame([(1,), (2,)], "x int")
+    second = spark.createDataFrame([(5,)], "x int")
+    assert [r.y for r in first.select(doubled.get()).collect()] == [2, 4]
+    assert [r.y for r in second.select(doubled.get()).collect()] == [10]
+    assert doubled.get() is doubled.get() and built == [1]
