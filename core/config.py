@@ -79,6 +79,11 @@ DEFAULT_AUTH_SESSIONS_WATERMARK = "2 minutes"
 # size: at a 1-s trigger its tasks held both cores while ingest batches waited (docs/performance.md, seventeenth
 # session).
 DEFAULT_AUTH_SESSIONS_TRIGGER = "30 seconds"
+# How often the detection queries (windowed rules, rules with their own query) look for new events commits when
+# live, when --trigger is slower. They run a batch only when the ingest query has committed one, which a 1-s trigger
+# noticed 0.46 s later on average (a tick of its grid); looking costs one Delta log check (docs/performance.md,
+# eighteenth session).
+DETECTION_POLL = "250 milliseconds"
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
 # Ingest: the most records one micro-batch takes from Kafka. Live, batches are as large as what arrived during the

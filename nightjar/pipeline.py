@@ -46,6 +46,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
+    DETECTION_POLL,
     RAW_TOPICS,
     TABLE_AUTH_SESSIONS,
     TABLE_BRONZE,
@@ -147,6 +148,15 @@ class Trigger:
         """This trigger for a query that runs at most every ``interval`` (see :meth:`at_least`)."""
         slowed = self.at_least(interval)
         return self if slowed is None else Trigger(interval=slowed)
+
+    def polling(self, interval: str) -> Trigger:
+        """This trigger for a query downstream of another that looks for new input every ``interval`` when this
+        trigger is slower: it still runs a batch only when its input has a new commit."""
+        from core.durations import parse_duration
+
+        if self.available_now or parse_duration(self.interval) <= parse_duration(interval):
+            return self
+        return Trigger(interval=interval)
 
 
 def parse_interval(text: str) -> str:
@@ -396,7 +406,7 @@ class Supervisor:
             self._windowed_sig[name] = sig
             if rules:
                 self._add(Managed(name, lambda rules=rules, mode=mode: start_windowed(
-                    self.spark, self.settings, self.ruleset, rules, self.trigger, mode),
+                    self.spark, self.settings, self.ruleset, rules, self.trigger.polling(DETECTION_POLL), mode),
                     rules=lambda rules=rules: [r.rule_id for r in rules]))
         wanted = {own_query_name(r): r for r in own}
         for name in [n for n in self.managed if n.startswith("rule.")]:
@@ -408,7 +418,7 @@ class Supervisor:
         for name, rule in wanted.items():
             if name not in self.managed:
                 m = Managed(name, lambda rule=rule: start_own_query(self.spark, self.settings, self.ruleset, rule,
-                                                                    self.trigger),
+                                                                    self.trigger.polling(DETECTION_POLL)),
                             rules=lambda rule=rule: [rule.rule_id])
                 m.digest = rule.digest  # type: ignore[attr-defined]
                 self._add(m)

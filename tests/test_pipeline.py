@@ -103,6 +103,7 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
     settings = settings.with_(bootstrap=own_broker.bootstrap, upkeep_interval_s=0)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
     monkeypatch.setattr(pipeline, "AUX_START_CAP_S", 3600.0)  # its cap: not within this test's idle phase
+    monkeypatch.setattr(pipeline, "DETECTION_POLL", "100 milliseconds")  # below the run's trigger: they look sooner
     stop = threading.Event()
     run = threading.Thread(target=run_pipeline, args=(settings, Trigger(interval="200 milliseconds")),
                            kwargs={"queries": [QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS], "stop_event": stop})
@@ -141,6 +142,9 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
         no_data = {q.name: _stream_conf(q, "spark.sql.streaming.noDataMicroBatches.enabled")
                    for q in spark.streams.active}
         assert no_data.get("windowed") == "false" and no_data.get(QUERY_AUTH_SESSIONS) == "true", no_data
+        # The detection queries look for new events commits every DETECTION_POLL, the others keep the run's trigger.
+        every_ms = {q.name: q._jsq.streamingQuery().trigger().intervalMs() for q in spark.streams.active}
+        assert every_ms.get("windowed") == 100 and every_ms.get(QUERY_INGEST) == 200, every_ms
     finally:
         stop.set()
         run.join(300)
@@ -150,6 +154,17 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
     progress = table_dataset(settings.lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
     ioc = max((p for p in progress if p["rule_id"] == "ioc_match"), key=lambda p: p["timestamp"])
     assert ioc["status"] == "running" and ioc["last_batch_at"] is not None  # idle batches count as batches run
+
+
+def test_detection_queries_look_for_new_events_sooner_than_a_slow_trigger_and_a_drain_stays_a_drain():
+    """Downstream of the ingest query, a detection query runs a batch only when events has a new commit; with a slow
+    --trigger it still looks every DETECTION_POLL (a 1-s trigger noticed a commit 0.46 s late on average)."""
+    from core.config import DETECTION_POLL
+
+    assert DETECTION_POLL == "250 milliseconds"
+    assert Trigger(interval="1 second").polling(DETECTION_POLL) == Trigger(interval=DETECTION_POLL)
+    assert Trigger(interval="200 milliseconds").polling(DETECTION_POLL) == Trigger(interval="200 milliseconds")
+    assert Trigger(available_now=True).polling(DETECTION_POLL) == Trigger(available_now=True)
 
 
 def _stream_conf(query, key: str) -> str:
