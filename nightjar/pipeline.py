@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import re
 import signal
 import threading
 import time
@@ -94,7 +95,8 @@ class InterruptedBatchFilter(logging.Filter):
         if not self.stopping.is_set():
             return True
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and any(m in _text(exc) for m in STOP_INTERRUPTIONS):
+        if exc is not None and (any(m in _text(exc) for m in STOP_INTERRUPTIONS)
+                                or BARE_JVM_CALL_FAILURE.match(_text(exc).strip())):
             _as_info(record, "a micro-batch was interrupted by the stop; the next run replays it from its checkpoint")
         elif record.levelno >= logging.ERROR and str(record.msg).startswith(PY4J_SEND_FAILED):
             cause = (_text(exc).splitlines()[:1] or ["connection closed"])[0]
@@ -118,6 +120,10 @@ def _text(exc: BaseException | None) -> str:
 PY4J_SEND_FAILED = "Exception while sending command"
 # What a micro-batch dies of when the stop interrupts it, or the JVM's own SIGTERM hook closed the gateway first.
 STOP_INTERRUPTIONS = ("InterruptedException", "Connection refused")
+# A micro-batch's failure reduced to the JVM call that failed, no cause (core.errors.short_batch_errors): seen at the
+# end of `nightjar demo`, whose SIGTERM also reaches the JVM, when Spark's own shutdown hook cut the batch's job.
+# After the stop only; before it, it is a failure like any other (the batch is replayed by the next run either way).
+BARE_JVM_CALL_FAILURE = re.compile(r"An error occurred while calling o\d+\.\w+\.?$")
 INTERRUPTED_BATCHES = InterruptedBatchFilter()
 logging.getLogger("py4j.clientserver").addFilter(INTERRUPTED_BATCHES)
 logging.getLogger().addFilter(INTERRUPTED_BATCHES)  # py4j's java_gateway logs the cut connection on the root logger

@@ -172,6 +172,16 @@ def test_a_batch_interrupted_by_the_stop_is_one_info_line_and_a_real_failure_sta
     assert f.filter(other) and other.levelno == logging.ERROR and other.exc_info  # a real error stays an error
     gone = record(ConnectionRefusedError(111, "Connection refused"))  # the JVM's SIGTERM hook stopped it first
     assert f.filter(gone) and gone.levelno == logging.INFO and "replays it" in gone.getMessage()
+    # The batch's failure as short_batch_errors reports it when Spark's own shutdown hook cut its job (seen at the end
+    # of `nightjar demo`): the JVM call, no cause. Before the stop the same line stays an error.
+    from core.errors import MicroBatchError
+
+    cut = MicroBatchError("An error occurred while calling o75191.localCheckpoint.")
+    bare = record(cut)
+    assert f.filter(bare) and bare.levelno == logging.INFO and "replays it" in bare.getMessage()
+    f.stopping.clear()
+    running = record(cut)
+    assert f.filter(running) and running.levelno == logging.ERROR and running.exc_info
 
 
 def test_a_batch_the_stop_interrupts_is_no_rule_failure_and_raises_no_health_alert():
