@@ -144,8 +144,6 @@ class Trigger:
     def at_least(self, interval: str) -> str | None:
         """The interval of a query off the alert path that runs every ``interval`` but never more often than this
         trigger; ``None`` for an available-now run (that query drains like every other)."""
-        from core.durations import parse_duration
-
         if self.available_now:
             return None
         return max((interval, self.interval), key=parse_duration)
@@ -157,12 +155,11 @@ class Trigger:
 
     def polling(self, interval: str) -> Trigger:
         """This trigger for a query downstream of another that looks for new input every ``interval`` when this
-        trigger is slower: it still runs a batch only when its input has a new commit."""
-        from core.durations import parse_duration
-
-        if self.available_now or parse_duration(self.interval) <= parse_duration(interval):
+        trigger is slower: it still runs a batch only when its input has a new commit (the mirror of
+        :meth:`slowed_to`)."""
+        if self.available_now:
             return self
-        return Trigger(interval=interval)
+        return Trigger(interval=min((interval, self.interval), key=parse_duration))
 
 
 def parse_interval(text: str) -> str:
