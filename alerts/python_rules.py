@@ -206,7 +206,10 @@ class Windowed:
     windows of ``window`` every ``slide`` (default: tumbling) of event time; ``item``: a column collected per
     event into ``items`` (read it back with :func:`alerts.window_aggregator.items_of`); ``finish(aggregated)``:
     row-wise, the aggregated rows (``_g`` group values, ``_w`` window, ``n``, ``first``, ``last``, ``ev``, ``host``,
-    ``user``, ``items`` …) to candidates, typically with :func:`alerts.window_aggregator.candidates`.
+    ``user``, ``items`` …) to candidates, typically with :func:`alerts.window_aggregator.candidates`. ``finish``
+    runs in every windowed micro-batch: a rule whose expressions are many (lambdas) builds them once per Spark context
+    with :class:`core.spark_session.PerContext` and applies them with
+    :func:`alerts.window_aggregator.candidates_from` (``alerts/rule_pack/c2_beaconing.py`` does).
     """
 
     window: str

@@ -60,7 +60,8 @@ from pyspark.sql import functions as F
 
 from alerts.alert_schema import MAX_EVIDENCE
 from alerts.python_rules import Windowed, python_rule, with_event_time
-from alerts.window_aggregator import candidates, items_of, run_windowed
+from alerts.window_aggregator import candidate_columns, candidates_from, items_of, run_windowed
+from core.spark_session import PerContext
 from enrich.dhcp_sessions import is_internal
 
 RULE_ID = "c2_beaconing"
@@ -131,26 +132,20 @@ def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int 
                     out_bytes.alias("out"), F.col("destination.domain").alias("domain"),
                     F.col("host.name").alias("host"))
 
-    def finish(agg: DataFrame) -> DataFrame:
+    def columns() -> tuple[Column, Column, tuple[Column, list[Column]]]:
         conns = F.col("c")
         per_dst = F.transform(F.array_distinct(F.transform(conns, lambda c: c["dst"])),
                               lambda d: _destination_stats(conns, d))
         beacons = F.filter(per_dst, lambda p: (p["n"] >= F.lit(min_connections))
                            & (p["mean"] >= F.lit(min_mean_interval_s)) & (p["cv"] <= F.lit(max_cv)))
-        # Keep the windows with a beacon by an explode of a one-element array, not a filter: Spark pushes a filter
-        # below the projection it reads and substitutes ``b`` and ``c`` into it, so every lambda's reference to
-        # ``c`` parsed the window's JSON items again (per destination, per statistic): 33 ms per window, 41 of
-        # the 73 s that all windowed rules' finish took over 50k events (docs/performance.md).
-        with_b = agg.select("*", items_of(_ITEM).alias("c")).select("*", beacons.alias("b"))
-        found = with_b.select("*", F.explode(F.when(F.size("b") > 0, F.array(F.lit(True)))).alias("_beacon"))
         describe = F.transform(F.col("b"), lambda p: F.format_string(
             "%d connections to %s%s every %.0f s (CV %.2f), %.0f B out on average", p["n"], p["dst"],
             F.coalesce(F.concat(F.lit(" ("), p["domain"], F.lit(")")), F.lit("")), p["mean"], p["cv"], p["out"]))
         # the latest holder of the address (a DHCP address may change hands within the window)
         latest_host = F.try_element_at(F.array_sort(F.transform(F.filter("c", lambda c: c["host"].isNotNull()),
                                                             lambda c: F.struct(-c["ts"], c["host"]))), F.lit(1))
-        return candidates(
-            found, rule_id, "ip", 0,
+        return items_of(_ITEM), beacons, candidate_columns(
+            rule_id, "ip", 0,
             condition=F.lit(True),
             first=F.timestamp_micros(F.array_min(F.transform("b", lambda p: p["first"]))),
             last=F.timestamp_micros(F.array_max(F.transform("b", lambda p: p["last"]))),
@@ -160,6 +155,20 @@ def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int 
             host=latest_host["host"], user=F.lit(None).cast("string"),
             detail=F.concat(F.lit("beaconing: "), F.array_join(describe, "; ")),
         )
+
+    # The expressions do not depend on the batch: built once per Spark context, not in every windowed micro-batch
+    # (tens of lambdas, each a few Py4J round trips: 0.1 s of a batch; docs/performance.md, nineteenth session).
+    built = PerContext(columns)
+
+    def finish(agg: DataFrame) -> DataFrame:
+        items, beacons, candidate = built.get()
+        # Keep the windows with a beacon by an explode of a one-element array, not a filter: Spark pushes a filter
+        # below the projection it reads and substitutes ``b`` and ``c`` into it, so every lambda's reference to
+        # ``c`` parsed the window's JSON items again (per destination, per statistic): 33 ms per window, 41 of
+        # the 73 s that all windowed rules' finish took over 50k events (docs/performance.md).
+        with_b = agg.select("*", items.alias("c")).select("*", beacons.alias("b"))
+        found = with_b.select("*", F.explode(F.when(F.size("b") > 0, F.array(F.lit(True)))).alias("_beacon"))
+        return candidates_from(found, candidate)
 
     return Windowed(window=window, slide=slide, where=where, group_by=(src,), item=item, finish=finish)
 

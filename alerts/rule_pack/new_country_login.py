@@ -33,11 +33,12 @@ appears in the micro-batch of the first foreign login and grows with later ones 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from alerts.python_rules import Windowed, python_rule, with_event_time
-from alerts.window_aggregator import GROUP, candidates, items_of, run_windowed
+from alerts.window_aggregator import GROUP, candidate_columns, candidates_from, items_of, run_windowed
+from core.spark_session import PerContext
 from enrich.dhcp_sessions import is_internal
 
 RULE_ID = "new_country_login"
@@ -57,14 +58,20 @@ def new_country_logins(*, window: str = WINDOW) -> Windowed:
              & country.isNotNull() & home.isNotNull() & (country != home))
     item = F.struct(country.alias("country"), source_ip.alias("ip"), home.alias("home"))
 
-    def finish(agg: DataFrame) -> DataFrame:
+    def columns() -> tuple[Column, list[Column]]:
         logins = items_of("struct<country: string, ip: string, home: string>")
         countries = F.array_join(F.array_sort(F.array_distinct(F.transform(logins, lambda x: x["country"]))), ", ")
         ips = F.array_join(F.array_sort(F.array_distinct(F.transform(logins, lambda x: x["ip"]))), ", ")
         home_country = F.array_max(F.transform(logins, lambda x: x["home"]))
-        return candidates(agg, RULE_ID, "user", 0, condition=F.lit(True), user=F.element_at(F.col(GROUP), 1),
-                          detail=F.format_string("%d successful login(s) from %s (%s); home country %s", F.col("n"),
-                                                 countries, ips, home_country))
+        return candidate_columns(RULE_ID, "user", 0, condition=F.lit(True), user=F.element_at(F.col(GROUP), 1),
+                                 detail=F.format_string("%d successful login(s) from %s (%s); home country %s",
+                                                        F.col("n"), countries, ips, home_country))
+
+    # The expressions do not depend on the batch: built once per Spark context, not in every windowed micro-batch.
+    built = PerContext(columns)
+
+    def finish(agg: DataFrame) -> DataFrame:
+        return candidates_from(agg, built.get())
 
     return Windowed(window=window, where=where, group_by=(user,), item=item, finish=finish)
 

@@ -22,11 +22,12 @@ windows into one alert per source and suppression span.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from alerts.python_rules import Windowed, python_rule
-from alerts.window_aggregator import candidates, items_of
+from alerts.window_aggregator import candidate_columns, candidates_from, items_of
+from core.spark_session import PerContext
 
 RULE_ID = "ssh_brute_force_success"
 WINDOW = "15 minutes"
@@ -68,19 +69,25 @@ def rule() -> Windowed:
     item = F.struct(F.unix_micros(ts).alias("t"), (F.col("event.outcome") == F.lit("success")).alias("ok"),
                     F.col("user.name").alias("user"), F.coalesce(F.col("host.name"), F.col("host.hostname")).alias("host"))
 
-    def finish(agg: DataFrame) -> DataFrame:
+    def columns() -> tuple[Column, tuple[Column, list[Column]]]:
         tries = F.col("tries")
         failures = F.filter(tries, lambda x: ~x["ok"])
         successes = F.filter(tries, lambda x: x["ok"])
         first_failure = F.array_min(F.transform(failures, lambda x: x["t"]))
         last_success = F.array_max(F.transform(successes, lambda x: x["t"]))
         user = F.array_max(F.transform(successes, lambda x: x["user"]))
-        rows = agg.select("*", items_of("struct<t: bigint, ok: boolean, user: string, host: string>").alias("tries"))
-        return candidates(
-            rows, RULE_ID, "ip", 0,
+        return items_of("struct<t: bigint, ok: boolean, user: string, host: string>"), candidate_columns(
+            RULE_ID, "ip", 0,
             condition=(F.size(failures) >= MIN_FAILURES) & (last_success > first_failure),
             user=user, host=F.array_max(F.transform(tries, lambda x: x["host"])),
             detail=F.format_string("%d failed passwords, then a login as %s", F.size(failures), user))
+
+    # The expressions do not depend on the batch: built once per Spark context, not in every windowed micro-batch.
+    built = PerContext(columns)
+
+    def finish(agg: DataFrame) -> DataFrame:
+        tries, candidate = built.get()
+        return candidates_from(agg.select("*", tries.alias("tries")), candidate)
 
     return Windowed(window=WINDOW, slide=SLIDE, where=where, group_by=(F.col("source.ip"),), item=item,
                     finish=finish)
