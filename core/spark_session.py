@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
+from core import class_archive
 from core.config import OWNER_ONLY_UMASK, SECRET_SETTING_WORDS, Settings
 from core.jvm_lookups import remember_jvm_lookups
 
@@ -33,7 +34,7 @@ REDACTION_REGEX = "(?i)" + "|".join(["access[.]?key", *(re.escape(w) for w in SE
 
 
 def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False,
-                data_sources: Iterable[type] = ()) -> SparkSession:
+                data_sources: Iterable[type] = (), java_options: str = "") -> SparkSession:
     """Return a Spark session configured for Nightjar, with the given Python data sources registered.
 
     The stages register their own sources where they read them (``ingest.kafka_source.read_kafka``,
@@ -41,13 +42,15 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
 
     UTC everywhere (log timestamps and Delta files must not depend on the machine's zone); few shuffle
     partitions because micro-batches are small; the Python workers use this interpreter so that the
-    project's modules (installed into ``.venv``) import on executors.
+    project's modules (installed into ``.venv``) import on executors. The driver JVM maps the class archive
+    ``scripts/setup`` made, when it fits (``core/class_archive.py``); ``java_options`` adds driver JVM options.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     on_loopback = settings.spark_master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:"))
     if on_loopback:  # local mode or `nightjar cluster up`: executors reach the driver on loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback" warning
-    java_opts = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+    java_opts = " ".join(opt for opt in (f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+                                          class_archive.driver_java_options(), java_options) if opt)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.appName(app_name)
