@@ -201,7 +201,7 @@ def session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, value)
 
 
-def materialized(df: DataFrame) -> DataFrame:
+def materialized(df: DataFrame, eager: bool = True) -> DataFrame:
     """``df`` computed once and kept (memory, then disk) as a DataFrame whose plan is just the stored rows.
 
     Why not ``persist()``: a ``foreachBatch`` DataFrame read by a union of several plans (one per windowed rule) was
@@ -209,9 +209,21 @@ def materialized(df: DataFrame) -> DataFrame:
     explode, stateful aggregation): Spark's cache lookup did not recognize the branches' copies of the batch's
     relation. Measured on 40,000 events (13 of 14 branches recomputing): the windowed query's batch 23.5-27.2 JVM
     CPU-s with ``persist()``, 9.2-9.5 with this. Plans over the result read the stored blocks whatever the cache does.
-    Release with :func:`release`.
+    Release with :func:`release`. ``eager=False`` stores the rows when the first job reads them, which saves a job
+    where that first reader reads every row anyway (a table write); plans built before it still read the stored rows.
     """
-    return df.localCheckpoint(eager=True)
+    return df.localCheckpoint(eager=eager)
+
+
+def materialized_rows(df: DataFrame) -> tuple[DataFrame, int]:
+    """:func:`materialized` ``df`` and its number of rows, from one Spark job.
+
+    Why: ``materialized(df).count()`` is two jobs, the eager checkpoint's own row count (whose result Spark drops) and
+    then a DataFrame count of the stored rows (two stages, a shuffle to one partition). Here the checkpoint is lazy and
+    the stored RDD's count is what computes and stores it.
+    """
+    stored = df.localCheckpoint(eager=False)
+    return stored, int(stored._jdf.queryExecution().logical().rdd().count())
 
 
 @contextlib.contextmanager

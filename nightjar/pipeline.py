@@ -61,7 +61,14 @@ from core.config import (
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
-from core.spark_session import INGEST_QUERY_CONF, in_this_query, materialized, release, session_conf
+from core.spark_session import (
+    INGEST_QUERY_CONF,
+    in_this_query,
+    materialized,
+    materialized_rows,
+    release,
+    session_conf,
+)
 
 log = logging.getLogger(__name__)
 
@@ -218,9 +225,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
         # Kafka read, parsed and attributed once for every table, and stored as plain rows: the plans below (four
         # writes, the enrichment, the rules) are then planned over a scan of stored blocks, not over the whole
         # ingest plan with a cache lookup each (see core.spark_session.materialized).
-        stored = materialized(df)
+        stored, rows = materialized_rows(df)
         try:
-            rows = stored.count()
             # An idle micro-batch (a live run between arrivals, the drain's last) has nothing to write or detect: skip
             # the four table writes and the rules, each a Spark job with Python workers (~10 s per empty batch
             # measured at load 14, during which a record that arrives waits).
@@ -240,7 +246,8 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
             side = [writers.submit(in_this_query(write_batch), frame(unified), paths[table], app(table), batch_id)
                     for table, frame in side_tables.items()]
             try:
-                events = materialized(enrich(events_from(unified)))
+                # Stored by the events write, its first reader (a job saved); the rules then read the stored rows.
+                events = materialized(enrich(events_from(unified)), eager=False)
                 try:
                     write_batch(events, paths[TABLE_EVENTS], app(TABLE_EVENTS), batch_id)
                     if detector is not None:

@@ -118,3 +118,49 @@ def test_a_per_context_value_is_built_once_and_its_columns_serve_every_frame(spa
     assert [r.y for r in first.select(doubled.get()).collect()] == [2, 4]
     assert [r.y for r in second.select(doubled.get()).collect()] == [10]
     assert doubled.get() is doubled.get() and built == [1]
+
+
+def _counted(spark, n: int):
+    """``n`` rows through a Python UDF that adds 1 to an accumulator per row it computes."""
+    from pyspark.sql import functions as F
+
+    computed = spark.sparkContext.accumulator(0)
+
+    @F.udf("long")
+    def touch(x):
+        computed.add(1)
+        return x
+
+    return spark.range(n).repartition(3).select(touch("id").alias("id")), computed
+
+
+def test_materialized_rows_counts_and_stores_in_one_pass_and_later_plans_read_the_stored_rows(spark):
+    """The ingest batch's stored rows and their count (one job, not two): each row is computed once, for the count,
+    and every later plan over the result (the writes, the rules) reads what was stored."""
+    from core.spark_session import materialized_rows, release
+
+    df, computed = _counted(spark, 50)
+    stored, rows = materialized_rows(df)
+    try:
+        assert rows == 50 and computed.value == 50
+        assert sorted(r.id for r in stored.collect()) == list(range(50))
+        assert stored.filter("id % 2 = 0").count() == 25
+        assert computed.value == 50  # no recomputation after the count
+    finally:
+        release(stored)
+
+
+def test_a_lazily_materialized_frame_is_stored_by_its_first_reader(spark):
+    """``materialized(df, eager=False)`` (the batch's events): nothing runs until the first reader (the events
+    write), which stores the rows; the rules after it read them, not the plan."""
+    from core.spark_session import materialized, release
+
+    df, computed = _counted(spark, 40)
+    stored = materialized(df, eager=False)
+    try:
+        assert computed.value == 0
+        assert stored.count() == 40 and computed.value == 40
+        assert sorted(r.id for r in stored.filter("id < 3").collect()) == [0, 1, 2]
+        assert computed.value == 40
+    finally:
+        release(stored)
