@@ -133,7 +133,10 @@ def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_
         while parsed() < len(sent):
             assert run.is_alive() and time.monotonic() < deadline + 200, "records sent after idle batches not written"
             time.sleep(0.5)
-        while not (auth_checkpoint / "metadata").exists():  # its start follows the events' first batch
+        # Its start follows the events' first batch. Waited for among the active queries, not by its checkpoint's
+        # metadata: Spark writes that file a moment before it registers the query (seen: the file there, the query
+        # not yet in spark.streams.active).
+        while QUERY_AUTH_SESSIONS not in {q.name for q in spark.streams.active}:
             assert run.is_alive() and time.monotonic() < deadline + 260, "auth_sessions never started"
             time.sleep(0.5)
         # The windowed query (update mode) runs no micro-batch only to move the watermark: it would emit nothing,
