@@ -25,17 +25,23 @@ from pathlib import Path
 # "off" (or 0/false/no): never pass an archive to the JVM; a directory: the archive is there, not in the default place.
 ENV_CLASS_ARCHIVE = "NIGHTJAR_CLASS_ARCHIVE"
 OFF_WORDS = frozenset({"off", "0", "false", "no"})
-
-
-def archive_dir(environ: dict[str, str] | None = None) -> Path:
-    """``$NIGHTJAR_CLASS_ARCHIVE`` when it names a directory, else beside the interpreter's packages
-    (``.venv/share/nightjar`` for the README's set-up)."""
-    value = (os.environ if environ is None else environ).get(ENV_CLASS_ARCHIVE, "").strip()
-    return Path(value) if value and value.lower() not in OFF_WORDS else Path(sys.prefix) / "share" / "nightjar"
-
-
 ARCHIVE_NAME = "spark-driver.jsa"
 KEY_NAME = "spark-driver.key"  # archive_key() of the JVM and Spark the archive was made with
+
+
+def _setting() -> str:
+    return os.environ.get(ENV_CLASS_ARCHIVE, "").strip()
+
+
+def enabled() -> bool:
+    return _setting().lower() not in OFF_WORDS
+
+
+def archive_dir() -> Path:
+    """``$NIGHTJAR_CLASS_ARCHIVE`` when it names a directory, else beside the interpreter's packages
+    (``.venv/share/nightjar`` for the README's set-up)."""
+    value = _setting()
+    return Path(value) if value and enabled() else Path(sys.prefix) / "share" / "nightjar"
 
 
 def java_executable() -> Path | None:
@@ -62,20 +68,19 @@ def archive_key() -> str | None:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def enabled(environ: dict[str, str] | None = None) -> bool:
-    env = os.environ if environ is None else environ
-    return env.get(ENV_CLASS_ARCHIVE, "").strip().lower() not in OFF_WORDS
+def is_current(directory: Path, key: str | None) -> bool:
+    """``directory`` holds an archive whose key file says it was made for ``key`` (:func:`archive_key`)."""
+    archive, key_file = directory / ARCHIVE_NAME, directory / KEY_NAME
+    try:
+        return key is not None and archive.is_file() and key_file.read_text().strip() == key
+    except OSError:  # no key file, or unreadable
+        return False
 
 
 def usable_archive() -> Path | None:
     """The archive, when it is there, switched on, and made with this JVM and this Spark."""
-    archive, key = archive_dir() / ARCHIVE_NAME, archive_dir() / KEY_NAME
-    if not enabled() or not archive.is_file() or not key.is_file():
-        return None
-    try:
-        return archive if key.read_text().strip() == archive_key() else None
-    except OSError:
-        return None
+    directory = archive_dir()
+    return directory / ARCHIVE_NAME if enabled() and is_current(directory, archive_key()) else None
 
 
 def driver_java_options() -> str:

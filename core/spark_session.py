@@ -222,8 +222,8 @@ def materialized_rows(df: DataFrame) -> tuple[DataFrame, int]:
     then a DataFrame count of the stored rows (two stages, a shuffle to one partition). Here the checkpoint is lazy and
     the stored RDD's count is what computes and stores it.
     """
-    stored = df.localCheckpoint(eager=False)
-    return stored, int(stored._jdf.queryExecution().logical().rdd().count())
+    stored = materialized(df, eager=False)
+    return stored, int(_stored_rdd(stored).count())
 
 
 @contextlib.contextmanager
@@ -276,10 +276,15 @@ def in_this_query(fn: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+def _stored_rdd(df: DataFrame):  # type: ignore[no-untyped-def]  # a Py4J handle of the JVM's RDD
+    """The RDD that holds a :func:`materialized` DataFrame's rows (its plan is a scan of it)."""
+    return df._jdf.queryExecution().logical().rdd()
+
+
 def release(df: DataFrame) -> None:
     """Drop the stored blocks of a :func:`materialized` DataFrame now (Spark's cleaner would only after a GC)."""
     try:
-        df._jdf.queryExecution().logical().rdd().unpersist(False)
+        _stored_rdd(df).unpersist(False)
     except Exception as exc:  # the JVM is stopping: nothing to free, and the batch must not fail for it
         log.debug("could not release a materialized batch: %s", exc)
 
