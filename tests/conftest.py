@@ -33,14 +33,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def default_lake_outside_checkout(tmp_path_factory) -> Iterator[None]:
     """A command a test runs without ``--lake`` (``nightjar parse``, argument errors) gets a temp lake, not
     ``./lake``: the subprocesses run in the checkout, and a demo's ``./lake`` there then collected their JVM logs."""
-    if os.environ.get("NIGHTJAR_LAKE"):
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get("NIGHTJAR_LAKE"):
+            mp.setenv("NIGHTJAR_LAKE", str(tmp_path_factory.mktemp("default-lake")))
         yield
-        return
-    os.environ["NIGHTJAR_LAKE"] = str(tmp_path_factory.mktemp("default-lake"))
-    try:
-        yield
-    finally:
-        os.environ.pop("NIGHTJAR_LAKE", None)
 
 
 @pytest.fixture(scope="session")
