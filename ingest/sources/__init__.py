@@ -72,6 +72,7 @@ class Dataset:
     name: str  # event.dataset
     description: str
     fields: tuple[Field, ...]
+    open: bool = False  # detail may hold keys the list does not name (a JSON payload's keys, a Windows event's data)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _load_fields(source: str, path: Path) -> list[Dataset]:
         seen.add(name)
         aliases = row.get("aliases") or []
         fields.append(Field(name, typ, str(row["description"]), core_path, tuple(str(a) for a in aliases)))
-    return [Dataset(n, str(doc.get("description", "")), tuple(fields)) for n in names]
+    return [Dataset(n, str(doc.get("description", "")), tuple(fields), bool(doc.get("open", False))) for n in names]
 
 
 def _datasets(name: str, folder: Path) -> tuple[Dataset, ...]:
