@@ -14,6 +14,7 @@ from core.config import Settings
 TARGETS: dict[str, tuple[str, str]] = {
     "ingest": ("nightjar.benchmarks.bench_ingest", "broker raw consume rate vs pipeline bronze ingest rate"),
     "parse": ("nightjar.benchmarks.bench_parse", "parse-stage events/s, batch and streaming"),
+    "detail": ("nightjar.benchmarks.bench_detail", "events contract v2's detail column: MAP vs JSON text vs VARIANT, encode/write/read"),
     "generate": ("nightjar.benchmarks.bench_generate", "generator events/s to Kafka and to files"),
     "enrich": ("nightjar.benchmarks.bench_enrich", "a simulated hour through the events query: state per operator, attribution"),
     "pipeline": ("nightjar.benchmarks.bench_pipeline", "the whole pipeline: drained events/s vs raw consume and per-stage costs, live event->alert latency, step-up sustainable rate"),

@@ -30,6 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
+
 from core.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
 
@@ -51,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time the batch parse with Spark's defaults (generated projections, every optimizer rule) "
                              "instead of the settings the ingest query runs it with "
                              "(core/spark_session.INGEST_QUERY_CONF)")
+    parser.add_argument("--skip-contracts", action="store_true",
+                        help="skip the events-contract comparison: v1 (Spark SQL, 412 fields) vs v2 (Arrow-batched "
+                             "Python parsers of the source registry, narrow core + detail)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with every figure (and the load average) on stdout, "
                              "the table on stderr")
@@ -289,6 +294,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     result["projections"] = "codegen" if args.codegen else "interpreted"
     with session_conf(spark, mode):
         batch_figures(args, settings, spark, records, result, show)
+    if not args.skip_contracts:
+        result |= contract_figures(spark, records, settings.max_record_bytes, args.rounds, show)
     if not args.skip_stream:
         result |= _run_stream(args, settings, spark, records, show)
     result["load_average_end"] = list(os.getloadavg())
@@ -345,3 +352,95 @@ def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: li
             shutil.rmtree(lake, ignore_errors=True)
     return {"stream_steady_events_per_s": steady, "stream_end_to_end_events_per_s": overall,
             "stream_micro_batches": batches, "stream_events": events, "stream_quarantined": bad}
+
+
+PLAN_BATCH_LINES = 2000  # the micro-batch whose build and planning time is reported (the issue's yardstick)
+
+
+def _cpu_tree_seconds(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of ``pid`` and every live descendant: in local mode the JVM and its Python
+    workers (the v2 parse runs in the workers, so the JVM's own CPU would miss it)."""
+    if pid is None:
+        return None
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _contract_frame(contract: str, bronze, max_bytes: int):
+    if contract == "v1":
+        from ingest.normalize import parse_records
+
+        return parse_records(bronze, max_record_bytes=max_bytes)
+    from ingest.arrow_parse import parse_bronze
+
+    return parse_bronze(bronze, max_record_bytes=max_bytes)
+
+
+def _plan_seconds(spark, contract: str, bronze, max_bytes: int) -> tuple[float, float]:
+    """(build, plan) seconds of one micro-batch-sized parse: building the DataFrame, then Spark's analysis,
+    optimization and physical planning (``executedPlan``), as a streaming query pays per micro-batch."""
+    started = time.monotonic()
+    df = _contract_frame(contract, bronze, max_bytes)
+    built = time.monotonic()
+    df._jdf.queryExecution().executedPlan()
+    return built - started, time.monotonic() - built
+
+
+def contract_figures(spark, records: list[tuple[str, bytes]], max_bytes: int, rounds: int, show) -> dict[str, object]:
+    """The parse stage under both events contracts, same records, warmed up, rounds alternated (v1, v2, v1, …):
+    median events/s, CPU time per event of the JVM and its Python workers (local mode), and the build and plan time
+    of one :data:`PLAN_BATCH_LINES`-line micro-batch (median of 3, after a first one)."""
+    import statistics
+
+    bronze = _cached_bronze(spark, records)
+    small = _cached_bronze(spark, records[:PLAN_BATCH_LINES])
+    jvm = _jvm_pid(spark)
+    rates: dict[str, list[float]] = {"v1": [], "v2": []}
+    cpu_us: dict[str, list[float]] = {"v1": [], "v2": []}
+    plans: dict[str, list[tuple[float, float]]] = {"v1": [], "v2": []}
+    try:
+        for contract in rates:
+            _contract_frame(contract, bronze, max_bytes).write.format("noop").mode("overwrite").save()  # warm-up
+            for _ in range(4):
+                plans[contract].append(_plan_seconds(spark, contract, small, max_bytes))
+        for _ in range(rounds):
+            for contract in rates:
+                cpu = _cpu_tree_seconds(jvm)
+                started = time.monotonic()
+                _contract_frame(contract, bronze, max_bytes).write.format("noop").mode("overwrite").save()
+                rates[contract].append(len(records) / (time.monotonic() - started))
+                after = _cpu_tree_seconds(jvm)
+                if cpu is not None and after is not None:
+                    cpu_us[contract].append((after - cpu) / len(records) * 1e6)
+    finally:
+        bronze.unpersist()
+        small.unpersist()
+    out: dict[str, object] = {"contract_rounds": rounds}
+    for contract in rates:
+        build = statistics.median(b for b, _ in plans[contract][1:])
+        plan = statistics.median(p for _, p in plans[contract][1:])
+        out |= {f"{contract}_events_per_s": statistics.median(rates[contract]),
+                f"{contract}_build_s": build, f"{contract}_plan_s": plan}
+        if cpu_us[contract]:
+            out[f"{contract}_cpu_us_per_event"] = statistics.median(cpu_us[contract])
+    out["v2_to_v1"] = out["v2_events_per_s"] / out["v1_events_per_s"]
+    show(f"parse stage, contract v1 (Spark SQL, 412 fields):  {out['v1_events_per_s']:>10,.0f} events/s  "
+         f"cpu {out.get('v1_cpu_us_per_event', float('nan')):,.0f} us/event  "
+         f"build+plan of {PLAN_BATCH_LINES:,} lines {out['v1_build_s']:.2f}+{out['v1_plan_s']:.2f} s")
+    show(f"parse stage, contract v2 (Python, narrow core):    {out['v2_events_per_s']:>10,.0f} events/s  "
+         f"cpu {out.get('v2_cpu_us_per_event', float('nan')):,.0f} us/event  "
+         f"build+plan of {PLAN_BATCH_LINES:,} lines {out['v2_build_s']:.2f}+{out['v2_plan_s']:.2f} s")
+    show(f"v2 / v1:                                           {out['v2_to_v1']:>10.2f} x  (median of {rounds} "
+         "alternated rounds, warmed up; CPU = the JVM and its Python workers)")
+    return out
