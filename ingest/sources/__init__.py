@@ -175,3 +175,16 @@ def datasets() -> Mapping[str, list[tuple[Source, Dataset]]]:
         for d in s.datasets:
             out.setdefault(d.name, []).append((s, d))
     return out
+
+
+HEADER_SOURCE = "syslog"  # its field list (the syslog header's fields) belongs to every syslog-transport dataset
+
+
+def dataset_fields(dataset: str) -> list[Dataset]:
+    """The field lists an event of ``dataset`` may carry: its sources' lists, and the syslog header's when a
+    syslog-transport source produces it."""
+    found = datasets().get(dataset, [])
+    lists = [d for _s, d in found]
+    if any(s.transport == "syslog" for s, _d in found) and dataset not in {d.name for d in source(HEADER_SOURCE).datasets}:
+        lists += list(source(HEADER_SOURCE).datasets)
+    return lists
