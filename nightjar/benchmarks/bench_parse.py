@@ -231,19 +231,21 @@ def _produce(settings: Settings, topics: dict[str, str], records: list[tuple[str
         raise UserError(f"{len(errors)} records were not delivered: {errors[0]}")
 
 
-def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], lake: Path,
-                 max_per_trigger: int) -> tuple[float, float, int, int, int]:
+def bench_stream(spark, settings: Settings, topics: dict[str, str], n_records: int, lake: Path, max_per_trigger: int,
+                 contract: str) -> tuple[float, float, int, int, int]:
+    """Kafka -> bronze -> parse (``contract`` v1 or v2) -> ``events`` and ``quarantine`` Delta tables, availableNow:
+    (steady events/s, end-to-end events/s, micro-batches, events, quarantined)."""
     from core.lake import row_count
     from ingest.delta_sink import write_batch
-    from ingest.embedded_broker import ensure_topics
     from ingest.kafka_source import read_kafka
-    from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
     from nightjar.pipeline import to_bronze
 
-    suffix = uuid.uuid4().hex[:6]
-    topics = {"syslog": f"bench.parse.syslog.{suffix}", "zeek": f"bench.parse.zeek.{suffix}"}
-    ensure_topics(settings, tuple(topics.values()))
-    _produce(settings, topics, records)
+    if contract == "v1":
+        from ingest.normalize import to_events, to_quarantine
+    else:
+        from ingest.arrow_parse import events_of as to_events
+        from ingest.arrow_parse import quarantine_of as to_quarantine
+    lake = lake / contract
     settings = settings.with_(lake=lake, max_offsets_per_trigger=max_per_trigger)
     events_path, quarantine_path = lake / TABLE_EVENTS, lake / TABLE_QUARANTINE
 
@@ -255,22 +257,22 @@ def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], la
         finally:
             df.unpersist()
 
-    parsed = deduplicate(parse_records(to_bronze(read_kafka(spark, settings, tuple(topics.values()))),
-                                       max_record_bytes=settings.max_record_bytes), settings.dedup_delay)
+    parsed = _contract_frame(contract, to_bronze(read_kafka(spark, settings, tuple(topics.values()))),
+                             settings.max_record_bytes)
     started = time.monotonic()
-    query = (parsed.writeStream.queryName("bench_events").foreachBatch(write)
+    query = (parsed.writeStream.queryName(f"bench_events_{contract}").foreachBatch(write)
              .option("checkpointLocation", str(lake / "_checkpoints" / "bench_events"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     elapsed = time.monotonic() - started
     progress = [p for p in query.recentProgress if p.numInputRows]
     events, bad = row_count(lake, TABLE_EVENTS), row_count(lake, TABLE_QUARANTINE)
-    if events + bad != len(records):
-        raise UserError(f"events ({events}) + quarantine ({bad}) != {len(records)} records")
+    if events + bad != n_records:
+        raise UserError(f"{contract}: events ({events}) + quarantine ({bad}) != {n_records} records")
     steady = progress[1:] or progress
     steady_rows = sum(p.numInputRows for p in steady)
     steady_ms = sum(p.durationMs.get("triggerExecution", 0) for p in steady)
-    return steady_rows / max(steady_ms / 1000, 1e-9), len(records) / elapsed, len(progress), events, bad
+    return steady_rows / max(steady_ms / 1000, 1e-9), n_records / elapsed, len(progress), events, bad
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -330,19 +332,29 @@ def batch_figures(args: argparse.Namespace, settings: Settings, spark, records: 
 
 def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: list[tuple[str, bytes]],
                 show) -> dict[str, object]:
-    from ingest.embedded_broker import EmbeddedBroker
+    """bronze -> events in the stream, under each events contract, from the same topics (v2 first, then v1)."""
+    from ingest.embedded_broker import EmbeddedBroker, ensure_topics
 
     broker = None
     if settings.bootstrap is None:
         broker = EmbeddedBroker().start()
         settings = settings.with_(bootstrap=broker.bootstrap)
     lake = Path(tempfile.mkdtemp(prefix="nightjar-bench-parse-"))
+    out: dict[str, object] = {}
     try:
-        steady, overall, batches, events, bad = bench_stream(spark, settings, records, lake,
-                                                             args.max_offsets_per_trigger)
-        show(f"bronze->events (stream): {steady:>10,.0f} events/s  steady ({batches} micro-batches, first excluded)")
-        show(f"bronze->events (stream): {overall:>10,.0f} events/s  end to end, incl. start-up "
-             f"({events:,} events + {bad:,} quarantined)")
+        suffix = uuid.uuid4().hex[:6]
+        topics = {"syslog": f"bench.parse.syslog.{suffix}", "zeek": f"bench.parse.zeek.{suffix}"}
+        ensure_topics(settings, tuple(topics.values()))
+        _produce(settings, topics, records)
+        for contract in ("v2", "v1"):
+            steady, overall, batches, events, bad = bench_stream(spark, settings, topics, len(records), lake,
+                                                                 args.max_offsets_per_trigger, contract)
+            show(f"bronze->events (stream, {contract}): {steady:>10,.0f} events/s steady ({batches} micro-batches, "
+                 f"first excluded); {overall:,.0f} events/s end to end incl. start-up ({events:,} events + {bad:,} "
+                 "quarantined)")
+            out |= {f"stream_{contract}_steady_events_per_s": steady, f"stream_{contract}_end_to_end_events_per_s": overall,
+                    f"stream_{contract}_micro_batches": batches, f"stream_{contract}_events": events,
+                    f"stream_{contract}_quarantined": bad}
     finally:
         if broker is not None:
             broker.stop()
@@ -350,8 +362,7 @@ def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: li
             show(f"lake kept at {lake}")
         else:
             shutil.rmtree(lake, ignore_errors=True)
-    return {"stream_steady_events_per_s": steady, "stream_end_to_end_events_per_s": overall,
-            "stream_micro_batches": batches, "stream_events": events, "stream_quarantined": bad}
+    return out
 
 
 PLAN_BATCH_LINES = 2000  # the micro-batch whose build and planning time is reported (the issue's yardstick)
