@@ -76,13 +76,13 @@ DEFAULT_ML_TRIGGER = "60 seconds"
 DEFAULT_AUTH_SESSIONS_WATERMARK = "2 minutes"
 # How often the auth_sessions query runs a micro-batch when live (never more often than the pipeline's --trigger).
 # No rule reads the table (it serves hunting and the dashboard), and each batch costs 3-4 s of CPU whatever its
-# size: at a 1-s trigger its tasks held both cores while ingest batches waited (docs/performance.md, seventeenth
-# session).
+# size: at a 1-s trigger its tasks held both cores while ingest batches waited, and live ingest batches went ~6 ->
+# ~3.9 s with this trigger (docs/performance.md, "Queries off the alert path").
 DEFAULT_AUTH_SESSIONS_TRIGGER = "30 seconds"
 # How often the detection queries (windowed rules, rules with their own query) look for new events commits when
 # live, when --trigger is slower. They run a batch only when the ingest query has committed one, which a 1-s trigger
-# noticed 0.46 s later on average (a tick of its grid); looking costs one Delta log check (docs/performance.md,
-# eighteenth session).
+# noticed 0.46 s later on average (a tick of its grid), the poll 0.10 s; looking costs one Delta log check
+# (docs/performance.md, "Windowed query").
 DETECTION_POLL = "250 milliseconds"
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
