@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-# Topic names are a contract with producers and the SOC (see ARCHITECTURE.md): keep them here only.
+# Topic names are a contract with producers and the SOC (docs/architecture.md): keep them here only.
 TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
 TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
 TOPIC_ALERTS = "nightjar.alerts"
@@ -148,7 +148,7 @@ def kafka_client_overrides(environ: dict[str, str] | None = None) -> KafkaOverri
 
 @dataclass(frozen=True)
 class KafkaTuning:
-    """Client settings measured to suit Tansu and Apache Kafka alike (see ARCHITECTURE.md)."""
+    """Client settings measured to suit Tansu and Apache Kafka alike (docs/architecture.md, decision 3)."""
 
     # Tansu waits the full fetch.wait.max.ms at a partition's end: keep it short.
     fetch_wait_max_ms: int = 25
