@@ -4,7 +4,7 @@ Every rule — a Sigma single-event rule, a Sigma correlation, a Python rule —
 ``events DataFrame -> candidates DataFrame`` with :data:`CANDIDATE_SCHEMA`, in batch (backtest, rule tests) and
 in streaming alike. The alert builder (suppression, ids, summaries) turns candidates into alert revisions with
 :data:`ALERT_SCHEMA`: the columns of the ``alerts`` table and the fields of each JSON message on
-``nightjar.alerts`` (the contract in ARCHITECTURE.md, plus ``revision``).
+``nightjar.alerts`` (the contract in docs/alerts.md, with ``revision``).
 
 ``alert_id`` is deterministic — the same rule, entity and window start give the same id — and is computed the
 same way in Python (:func:`alert_id`) and in Spark SQL (:func:`alert_id_column`).

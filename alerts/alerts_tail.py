@@ -132,7 +132,7 @@ def tail(args: argparse.Namespace, settings: Settings) -> int:
         "group.id": f"nightjar-alerts-tail-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
-        # Tansu waits the full fetch.wait.max.ms at a partition's end (ARCHITECTURE.md): keep it short.
+        # Tansu waits the full fetch.wait.max.ms at a partition's end (docs/architecture.md, decision 3): keep it short.
         "fetch.wait.max.ms": settings.kafka.fetch_wait_max_ms,
         "log.connection.close": False,
     })
@@ -169,7 +169,8 @@ def _read(consumer: Any, partitions: int, args: argparse.Namespace, settings: Se
             assignment.append(TopicPartition(args.topic, p, OFFSET_BEGINNING))
         else:
             # "From now": start one before the end the broker reports, because Tansu reports the start of the
-            # last record batch + 1, not the true end (ARCHITECTURE.md); _skip_to_end reads up to the true end.
+            # last record batch + 1, not the true end (docs/architecture.md, decision 3); _skip_to_end reads up to the
+            # true end.
             low, high = consumer.get_watermark_offsets(TopicPartition(args.topic, p),
                                                        timeout=settings.kafka.metadata_timeout_s)
             assignment.append(TopicPartition(args.topic, p, max(low, high - 1)))

@@ -2,8 +2,8 @@
 
 Why: every Nightjar command that runs Spark starts a JVM, and a JVM start spends most of its time loading and
 verifying Spark's classes. With a dynamic CDS archive of those classes (``-XX:SharedArchiveFile``) the JVM maps them
-ready-made: a Spark session was ready after 2.4-2.6 s instead of 4.1-4.2 s (docs/performance.md, twentieth and
-twenty-first sessions). That is paid by every ``nightjar`` command, every pipeline restart, and the test suite's
+ready-made: a Spark session was ready after 2.4-2.6 s instead of 3.8-4.3 s (docs/performance.md, "Start-up").
+That is paid by every ``nightjar`` command, every pipeline restart, and the test suite's
 many subprocesses.
 
 ``scripts/setup`` builds the archive (``python -m nightjar.class_archive_build``) into the virtual environment,

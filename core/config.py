@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-# Topic names are a contract with producers and the SOC (see ARCHITECTURE.md): keep them here only.
+# Topic names are a contract with producers and the SOC (docs/architecture.md): keep them here only.
 TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
 TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
 TOPIC_ALERTS = "nightjar.alerts"
@@ -76,13 +76,13 @@ DEFAULT_ML_TRIGGER = "60 seconds"
 DEFAULT_AUTH_SESSIONS_WATERMARK = "2 minutes"
 # How often the auth_sessions query runs a micro-batch when live (never more often than the pipeline's --trigger).
 # No rule reads the table (it serves hunting and the dashboard), and each batch costs 3-4 s of CPU whatever its
-# size: at a 1-s trigger its tasks held both cores while ingest batches waited (docs/performance.md, seventeenth
-# session).
+# size: at a 1-s trigger its tasks held both cores while ingest batches waited, and live ingest batches went ~6 ->
+# ~3.9 s with this trigger (docs/performance.md, "Queries off the alert path").
 DEFAULT_AUTH_SESSIONS_TRIGGER = "30 seconds"
 # How often the detection queries (windowed rules, rules with their own query) look for new events commits when
 # live, when --trigger is slower. They run a batch only when the ingest query has committed one, which a 1-s trigger
-# noticed 0.46 s later on average (a tick of its grid); looking costs one Delta log check (docs/performance.md,
-# eighteenth session).
+# noticed 0.46 s later on average (a tick of its grid), the poll 0.10 s; looking costs one Delta log check
+# (docs/performance.md, "Windowed query").
 DETECTION_POLL = "250 milliseconds"
 # Detection (alerts/): how late an event may arrive (event time) and still count in its windows.
 DEFAULT_DETECTION_WATERMARK = "10 minutes"
@@ -148,7 +148,7 @@ def kafka_client_overrides(environ: dict[str, str] | None = None) -> KafkaOverri
 
 @dataclass(frozen=True)
 class KafkaTuning:
-    """Client settings measured to suit Tansu and Apache Kafka alike (see ARCHITECTURE.md)."""
+    """Client settings measured to suit Tansu and Apache Kafka alike (docs/architecture.md, decision 3)."""
 
     # Tansu waits the full fetch.wait.max.ms at a partition's end: keep it short.
     fetch_wait_max_ms: int = 25

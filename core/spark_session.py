@@ -80,7 +80,7 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
         # filter push-down before joins; over the ingest plan's ~430 fields of CASE WHENs and aliases it was 45 % of
         # the ingest query's driver thread in a live run (JFR), paid again wherever a plan becomes rows
         # (foreachBatch's LogicalRDD, localCheckpoint). Spark documents it as expensive for such plans; the rows
-        # are the same without it (docs/performance.md, twelfth session).
+        # are the same without it (docs/performance.md, "Ingest query: planning").
         .config("spark.sql.constraintPropagation.enabled", "false")
         # The Kafka source's options carry librdkafka credentials (NIGHTJAR_KAFKA_*): Spark redacts option and
         # conf values whose key matches this in plans, logs, error messages and the UI.
@@ -111,14 +111,14 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
 # code-generated again in every task (the source text is rebuilt per task; only the compile is cached): 30 % of the
 # live pipeline's JVM CPU. Interpreted, a live run's event->alert p50 went 19.3 -> 11.8 s and a 100,000-event drain's
 # ingest 73 -> 55 s; the windowed query's 100,000-event batch went 16.6 -> 21.5 s the same way, so it keeps codegen
-# (docs/performance.md, eighth session).
+# (docs/performance.md, "Ingest query: execution").
 INTERPRETED_PROJECTIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 # Optimizer rules that only act on file scans (nested-column pruning, partition pruning, variant push-down) and a
 # rule that finds no redundant alias in the parse plan. The ingest query reads Kafka through a Python data source
 # and reference data from memory, so they never apply there, yet each walks the whole ~18-level, ~430-field plan on
-# every micro-batch: excluded, planning the parse took 2.75 s instead of 3.46 s (median of 5, same rows; docs/
-# performance.md, twelfth session). Batch commands that scan files (backtest, ML history) keep them.
+# every micro-batch: excluded, planning the parse took 2.75 s instead of 3.46 s (median of 5, same rows;
+# docs/performance.md, "Ingest query: planning"). Batch commands that scan files (backtest, ML history) keep them.
 _FILE_SCAN_RULES = (
     "org.apache.spark.sql.execution.datasources.SchemaPruning",
     "org.apache.spark.sql.execution.datasources.PruneFileSourcePartitions",
@@ -129,7 +129,7 @@ _FILE_SCAN_RULES = (
 # a rewrite that keeps results the same; over the parse plan's tens of thousands of expression nodes they ran in every
 # fixed-point iteration of every micro-batch's optimizer for little gain: the expressions are built to be evaluated
 # as they are. Without them the parse of 200 lines optimized in 0.85 instead of 1.9 s (median of four alternated
-# rounds), and 4,878 live lines parsed to the same rows, no slower (docs/performance.md, thirteenth session).
+# rounds), and 4,878 live lines parsed to the same rows, no slower (docs/performance.md, "Ingest query: planning").
 _EXPRESSION_SIMPLIFICATIONS = tuple(f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in (
     "ConstantFolding", "SimplifyConditionals", "SimplifyBinaryComparison", "BooleanSimplification",
     "FoldablePropagation", "PushFoldableIntoBranches", "NullPropagation", "ReplaceNullWithFalseInPredicate",
@@ -142,7 +142,7 @@ INGEST_EXCLUDED_RULES = _FILE_SCAN_RULES + _EXPRESSION_SIMPLIFICATIONS
 # evaluated once per row (ingest/parsers/field_map.dispatch_cases), little is shared between fields, and the cache
 # (a Guava LocalCache per projection, looked up and cleared for every row) was ~17 % of the parse's executor CPU:
 # without it, 40,000 mixed lines parsed in 5.95 instead of 7.58 s, sshd lines 0.81x, Windows lines 0.89x (medians of
-# alternated rounds, same rows; docs/performance.md, fifteenth session).
+# alternated rounds, same rows; docs/performance.md, "Ingest query: execution").
 NO_SUBEXPRESSION_CACHE = {"spark.sql.subexpressionElimination.enabled": "false"}
 # What the ingest query runs with (start_ingest; bench parse times the parse the same way).
 INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, **NO_SUBEXPRESSION_CACHE,
@@ -164,7 +164,7 @@ class PerContext(Generic[T]):
     A ``Column`` is an unresolved expression held by the JVM of one Spark context; any DataFrame of that context can
     use it, and building one costs a Py4J round trip per function call (~0.1 ms, more under load). The windowed
     query's batch rebuilt every rule's candidate columns: ~4,800 round trips, 0.5-0.8 s of each batch
-    (docs/performance.md, eighteenth session). Built again when the active context changes (a stopped and
+    (docs/performance.md, "Windowed query"). Built again when the active context changes (a stopped and
     restarted session). Driver-side only, like the Columns themselves.
     """
 

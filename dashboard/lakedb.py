@@ -2,7 +2,7 @@
 
 Each table is opened with deltalake at its current version and registered in a fresh in-memory DuckDB
 connection as an Arrow dataset view, so DuckDB pushes filters and projections into the Parquet scan and no
-Spark session is ever involved (ARCHITECTURE.md, decision 5). A table that does not exist yet is registered as
+Spark session is ever involved (docs/architecture.md, decision 5). A table that does not exist yet is registered as
 an empty table with its known schema when one is given, so page queries need no special case for a young lake.
 
 The dashboard owns two tables of its own (the pipeline never writes them): ``alert_triage`` (the analysts'

@@ -1,7 +1,7 @@
 """What the dashboard shows, as plain functions over the lake (no Streamlit here, so tests call them directly).
 
 Tables are read with deltalake → Arrow datasets and queried with DuckDB, never through Spark: a JVM per page
-view would be far too slow (see ARCHITECTURE.md, decision 5). Every function returns a pandas DataFrame and
+view would be far too slow (docs/architecture.md, decision 5). Every function returns a pandas DataFrame and
 copes with a lake that is empty or still being written.
 """
 

@@ -1,6 +1,6 @@
 """Triage: the analysts' actions on alerts, as an append-only audit trail in the Delta table ``alert_triage``.
 
-One row per action (the contract in ARCHITECTURE.md): ``alert_id``, ``action`` (one of :data:`ACTIONS`),
+One row per action (the contract in docs/dashboard.md): ``alert_id``, ``action`` (one of :data:`ACTIONS`),
 ``analyst``, ``reason``, ``assignee``, ``at`` (UTC). Rows are only ever appended, with deltalake's
 ``write_deltalake(mode="append")``; nothing is updated or deleted, so the table is the history.
 

@@ -1,7 +1,7 @@
 """An append-only Delta table as a Spark streaming source, on PySpark's Python Data Source API and delta-rs.
 
 Why a Python source: delta-spark's jars (which provide ``readStream.format("delta")``) live only in Maven
-repositories, which these machines cannot reach (ARCHITECTURE.md, decision 2). The detection stage tails
+repositories, which these machines cannot reach (docs/architecture.md, decision 2). The detection stage tails
 the ``events`` table that ``ingest.delta_sink`` appends to; this source turns each new Delta commit into
 micro-batch input, reading the commit's Parquet files with pyarrow.
 

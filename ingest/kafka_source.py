@@ -1,7 +1,7 @@
 """Kafka as a Spark streaming source, on PySpark's Python Data Source API and confluent-kafka.
 
 Why a Python source: the JVM connector (``spark-sql-kafka-0-10``) lives only in Maven repositories,
-which these machines cannot reach (ARCHITECTURE.md, decision 2).
+which these machines cannot reach (docs/architecture.md, decision 2).
 
 Usage::
 

@@ -237,11 +237,11 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                 return
             # bronze, quarantine and dhcp_sessions are written beside the events chain (enrich, write, rules): each
             # table commits on its own app transaction, so no order between them matters for a replay, and side by
-            # side their small jobs and commits overlap (docs/performance.md, sixteenth session).
+            # side their small jobs and commits overlap (docs/performance.md, "Ingest query: execution").
             # The batch comes in the lease state's shuffle partitions (fixed by the checkpoint); a live batch of tens
             # of rows would then run every write and rule as that many tasks, each with its Python worker round trip
-            # and its own Delta file. Small batches go on in fewer partitions (docs/performance.md, seventeenth
-            # session): a coalesce of stored blocks is a narrow read, no shuffle.
+            # and its own Delta file. Small batches go on in fewer partitions (docs/performance.md, "Ingest query:
+            # execution"): a coalesce of stored blocks is a narrow read, no shuffle.
             unified = stored.coalesce(write_partitions(rows))
             side = [writers.submit(in_this_query(write_batch), frame(unified), paths[table], app(table), batch_id)
                     for table, frame in side_tables.items()]

@@ -22,10 +22,10 @@ replays, and the app-transaction check in ``ingest.delta_sink`` makes the replay
 ``tests/test_upkeep.py`` runs upkeep rounds back to back during appends and counts every row once.
 
 A second daemon thread gives the driver's free heap pages back to the OS every :data:`HEAP_TRIM_S` seconds
-(:func:`release_free_heap`). Measured in the soak (docs/deployment.md, "Soak"): the driver's Python heap stays flat
-while glibc malloc's heap grows and keeps a third of it free; the trim returns the whole free pages of that (about
-35 MiB in the 2026-11-25 run) but not the free space fragmented between live chunks, so it lowers the driver's RSS
-without making it flat.
+(:func:`release_free_heap`). Measured in the soak (docs/deployment.md, "Driver memory"): the driver's Python heap
+stays flat while glibc malloc's heap grows and keeps a third of it free, freed from many threads into several arenas;
+the trim returns the whole free pages of that (not the free space fragmented between live chunks). With it the
+driver's RSS was flat over a 75-minute soak at 36 events/s (+12.7 MiB/h, against +205 MiB/h without it).
 """
 
 from __future__ import annotations

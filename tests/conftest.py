@@ -15,8 +15,8 @@ CORPUS = REPO.parent / "shared" / "corpus"
 
 # scripts/test runs the suite in two pytest-xdist workers that take whole files in collection order. The longest
 # files go first, so the last file handed out is a short one: started last (xdist orders files by their number of
-# tests by default), the kill storm alone was the run's last 8 minutes. Seconds per file, clean clones on 2 cores,
-# 2026-11-29 (two workers): chaos ~1,000 (storm, disk full, broker cut), dashboard_pages 210, pipeline 135, cluster
+# tests by default), the kill storm alone was the run's last 8 minutes. Seconds per file, clean clones on 2 cores in
+# two workers: chaos ~1,000 (storm, disk full, broker cut), dashboard_pages 210, pipeline 135, cluster
 # 130, ml_pipeline 85, detections 81, security 72, clean_exits 65, demo 58, rule_pack 58. The rest keep their order.
 LONGEST_FIRST = ("test_chaos.py", "test_dashboard_pages.py", "test_pipeline.py", "test_cluster.py",
                  "test_ml_pipeline.py", "test_detections.py", "test_security.py", "test_clean_exits.py",

@@ -255,7 +255,7 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
 def _read_to_end(bootstrap: str, since: dict[int, int] | None = None) -> list:
     """Every record of the alerts topic from ``since`` (partition -> offset; default the start) to each partition's
     end-of-partition event — the true end (Tansu's ListOffsets answers the last batch's base offset + 1, not the end:
-    ARCHITECTURE.md)."""
+    docs/architecture.md, decision 3)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{time.time_ns()}", "enable.auto.commit": False,
                   "enable.partition.eof": True, "fetch.wait.max.ms": 25})
     try:

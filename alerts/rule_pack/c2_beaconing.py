@@ -157,7 +157,7 @@ def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int 
         )
 
     # The expressions do not depend on the batch: built once per Spark context, not in every windowed micro-batch
-    # (tens of lambdas, each a few Py4J round trips: 0.1 s of a batch; docs/performance.md, nineteenth session).
+    # (tens of lambdas, each a few Py4J round trips: 0.1 s of a batch; docs/performance.md, "Windowed query").
     built = PerContext(columns)
 
     def finish(agg: DataFrame) -> DataFrame:
@@ -165,7 +165,7 @@ def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int 
         # Keep the windows with a beacon by an explode of a one-element array, not a filter: Spark pushes a filter
         # below the projection it reads and substitutes ``b`` and ``c`` into it, so every lambda's reference to
         # ``c`` parsed the window's JSON items again (per destination, per statistic): 33 ms per window, 41 of
-        # the 73 s that all windowed rules' finish took over 50k events (docs/performance.md).
+        # the 73 s that all windowed rules' finish took over 50k events (docs/performance.md, "Windowed query").
         with_b = agg.select("*", items.alias("c")).select("*", beacons.alias("b"))
         found = with_b.select("*", F.explode(F.when(F.size("b") > 0, F.array(F.lit(True)))).alias("_beacon"))
         return candidates_from(found, candidate)
