@@ -122,32 +122,49 @@ def parse_record(value: bytes | None, *, topic: str, partition: int, offset: int
     return Parsed(event, None, line)
 
 
+_SIDES = (("source.address", "source.ip", "source.domain", "source.mac"),
+          ("destination.address", "destination.ip", "destination.domain", "destination.mac"))
+
+
 def finalize(event: Event, line: str, eid: str, created_us: int | None, ingested_us: int | None) -> Event:
     """The fields every event gets whatever its source: id, original line, times, validated addresses (a parser
     puts what the log said in ``source.address`` / ``destination.address``), ``related.*``, ``network.type``, and the
-    detail values as text."""
+    detail values as text. Absent and None mean the same (null); only values are set."""
     event["event.id"] = eid
     event["event.original"] = line
     event["event.created"] = created_us
     event["event.ingested"] = ingested_us
-    for side in ("source", "destination"):
-        address = event.pop(f"{side}.address", None)
-        ip = ip_or_none(event.get(f"{side}.ip") or address)
-        event[f"{side}.ip"] = ip
-        event[f"{side}.domain"] = hostname_or_none(event.get(f"{side}.domain") or address)
-        event[f"{side}.mac"] = mac(event.get(f"{side}.mac"))
-    source_ip, destination_ip = event.get("source.ip"), event.get("destination.ip")
-    event["related.ip"] = non_empty([source_ip, destination_ip, *(event.get("related.ip") or []),
-                                     *(event.get("dns.resolved_ip") or [])])
-    event["related.user"] = non_empty([event.get("user.name"), event.get("user.effective.name"),
-                                       *(event.get("related.user") or [])])
-    hosts = [event.get("host.hostname"), event.get("source.domain"), event.get("destination.domain"),
-             *(event.get("related.hosts") or [])]
+    get = event.get
+    for address_key, ip_key, domain_key, mac_key in _SIDES:
+        address = event.pop(address_key, None)
+        given_ip, given_domain = get(ip_key), get(domain_key)
+        if address is None and given_ip is None and given_domain is None:
+            if get(mac_key) is not None:
+                event[mac_key] = mac(event[mac_key])
+            continue
+        event[ip_key] = ip_or_none(given_ip or address)
+        event[domain_key] = hostname_or_none(given_domain or address)
+        if get(mac_key) is not None:
+            event[mac_key] = mac(event[mac_key])
+    source_ip, destination_ip = get("source.ip"), get("destination.ip")
+    ips = [source_ip, destination_ip, *(get("related.ip") or ()), *(get("dns.resolved_ip") or ())]
+    event["related.ip"] = non_empty(ips)
+    event["related.user"] = non_empty([get("user.name"), get("user.effective.name"), *(get("related.user") or ())])
+    hosts = [get("host.hostname"), get("source.domain"), get("destination.domain"), *(get("related.hosts") or ())]
     event["related.hosts"] = non_empty([h.lower() if isinstance(h, str) else h for h in hosts])
     either = source_ip or destination_ip
-    event["network.type"] = None if either is None else ("ipv6" if ":" in either else "ipv4")
-    detail = {k: t for k, v in (event.get(DETAIL) or {}).items() if (t := detail_text(v)) is not None}
-    event[DETAIL] = detail or None
+    if either is not None:
+        event["network.type"] = "ipv6" if ":" in either else "ipv4"
+    detail = get(DETAIL)
+    if detail:
+        texts = {}
+        for key, value in detail.items():
+            if type(value) is str:
+                if value:
+                    texts[key] = value
+            elif (text := detail_text(value)) is not None:
+                texts[key] = text
+        event[DETAIL] = texts or None
+    else:
+        event[DETAIL] = None
     return event
-
-

@@ -151,8 +151,10 @@ def detail_text(value: Any) -> str | None:
         return None
     if isinstance(value, str):
         return value if value != "" else None
-    if isinstance(value, bool):
+    if value is True or value is False:
         return "true" if value else "false"
+    if type(value) is int:
+        return str(value)  # what json.dumps writes, a tenth of the cost
     if isinstance(value, int | float):
         return json.dumps(value)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.sources import LAYERS, Event, ParseFailure, Source, sources
-from ingest.sources.values import blank_to_none, int64, micros, safe_micros
+from ingest.sources.values import EPOCH, blank_to_none, int64, micros, safe_micros
 
 PARSER_RFC5424 = "syslog_rfc5424"
 PARSER_RFC3164 = "syslog_rfc3164"
@@ -211,21 +212,33 @@ def _rfc3164_time(text: str, ingested_us: int | None) -> int | None:
     month = _MONTHS.get(mon.lower())
     if month is None:
         return None
-    reference = (dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=ingested_us)
-                 if ingested_us is not None else dt.datetime.now(dt.UTC))
-    limit = micros(reference) + FUTURE_TOLERANCE_DAYS * 86_400 * 1_000_000
-
-    def in_year(year: int) -> int | None:
-        try:
-            return micros(dt.datetime(year, month, int(day), int(hour), int(minute), int(second),
-                                      _fraction_us(fraction), tzinfo=dt.UTC))
-        except ValueError:
-            return None
-
-    this_year = in_year(reference.year)
+    year, limit = _reference(ingested_us if ingested_us is not None else micros(dt.datetime.now(dt.UTC)))
+    time_of_day = ((int(hour) * 60 + int(minute)) * 60 + int(second)) * 1_000_000 + _fraction_us(fraction)
+    if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
+        return None
+    this_year = _day_micros(year, month, int(day))
+    if this_year is not None:
+        this_year += time_of_day
     if this_year is None or this_year > limit:
-        return in_year(reference.year - 1)
+        last_year = _day_micros(year - 1, month, int(day))
+        return None if last_year is None else last_year + time_of_day
     return this_year
+
+
+@functools.lru_cache(maxsize=64)
+def _reference(ingested_us: int) -> tuple[int, int]:
+    """(the year of ``ingested_us``, the latest believable time) for year-less timestamps; a batch shares one."""
+    return (EPOCH + dt.timedelta(microseconds=ingested_us)).year, ingested_us + FUTURE_TOLERANCE_DAYS * 86_400_000_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_micros(year: int, month: int, day: int) -> int | None:
+    """Epoch microseconds of the day's midnight UTC; None for a date that does not exist. Cached: a log's lines
+    share a handful of days, and building a datetime per line was a tenth of the syslog parse."""
+    try:
+        return micros(dt.datetime(year, month, day, tzinfo=dt.UTC))
+    except ValueError:
+        return None
 
 
 def structured_data(sd: str | None) -> dict[str, dict[str, str]] | None:
