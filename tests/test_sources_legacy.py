@@ -26,6 +26,8 @@ from ingest.sources.record_parser import parse_record
 from ingest.sources.values import detail_text, micros
 from tests.parse_helpers import INGESTED, parse_lines
 
+# Minutes on a loaded 2-core machine (the old parse plans its 412 fields for each call): not in the quick tier.
+pytestmark = pytest.mark.slow
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 # Old fields that the new contract drops on purpose: the address as written (now validated into ip/domain only).
 DROPPED = {"source.address", "destination.address"}
