@@ -10,8 +10,8 @@ Two shapes of message:
 * **JSON** (``@cee: {"id": "4624", "nteventlogtype": "Security", "TargetUserName": …}`` or a bare object): the
   EventData keys are read directly; the rendered ``msg`` is read only for what the JSON lacks.
 
-A line is a Windows event when its program is a known forwarder (:data:`PROGRAMS`) or its JSON payload carries a
-channel key, whatever the program. ``event.code`` is the JSON id, else an ``eventID`` structured-data parameter,
+A line is a Windows event when its program is a known forwarder (:data:`PROGRAMS`) or its JSON payload carries
+``nteventlogtype`` (EvntSLog's channel key), whatever the program. ``event.code`` is the JSON id, else an ``eventID`` structured-data parameter,
 else the id of the rendered title; unknown titles keep the header and message with ``event.code`` null.
 
 ``user.*`` is the account the event is about: for logons (4624/4625/4634/4647), session and Kerberos/NTLM events
@@ -252,6 +252,10 @@ ENVELOPE_KEYS = frozenset((
 ))
 _ID_KEYS = ("id", "EventID", "event_id", "EventId")
 _CHANNEL_KEYS = ("nteventlogtype", "Channel", "channel", "LogName")
+# The channel key that makes a JSON payload a Windows event whatever the program. The old parse meant any of
+# _CHANNEL_KEYS (docs/windows_events.md), but its test, coalesce(isNotNull(k) for k), read the first key only:
+# kept as it was (same answers); NXLog's "Channel" on a program not in PROGRAMS stays a plain JSON payload.
+_GATE_KEY = "nteventlogtype"
 _PROVIDER_KEYS = ("sourceproc", "SourceName", "ProviderName", "provider")
 _COMPUTER_KEYS = ("source", "Hostname", "Computer", "computer_name")
 _MESSAGE_KEYS = ("msg", "Message", "message")
@@ -499,7 +503,7 @@ def _slots(j: dict[str, str | None] | None, cut: str, code: str | None) -> dict[
 def parse(env: Envelope) -> Event | None:
     """A Windows event's fields (core and detail), or None when the line is not a Windows event."""
     j = env.payload
-    if env.program_lc not in PROGRAMS and (j is None or all(j.get(k) is None for k in _CHANNEL_KEYS)):
+    if env.program_lc not in PROGRAMS and (j is None or j.get(_GATE_KEY) is None):
         return None
     text = _message_text(j, env.body)
     cut = text
