@@ -108,7 +108,8 @@ def compare(lines: list[bytes], spark) -> list[str]:
                     problems.append(f"{where}: {path} = {event.get(path)!r}, old {value!r}")
             elif path in MAP_FIELDS:
                 for k, v in value.items():
-                    if v is not None and detail.get(k) != v:
+                    # An empty string is no value in the new detail map (values.detail_text leaves it out).
+                    if v is not None and v != "" and detail.get(k) != v:
                         problems.append(f"{where}: detail[{k}] = {detail.get(k)!r}, old {path}[{k}] {v!r}")
             else:
                 key = _detail_key(dataset, path)

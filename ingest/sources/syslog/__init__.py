@@ -322,6 +322,9 @@ def parse(line: str, ingested_us: int | None, record_us: int | None) -> Event:
     if "event" in layered and "payload" in layered:
         # A whole event's own fields mean more than the generic JSON keys: keep only the payload's detail.
         layered["payload"] = {"detail": layered["payload"].get("detail") or {}}
+    if "event" in layered and layered["event"].get("process.name") is None:
+        # name and pid as a pair: an event that names no process leaves the lower layers' pid too.
+        layered["event"] = {k: v for k, v in layered["event"].items() if k != "process.pid"}
     for layer in LAYERS:
         if layer in layered:
             _overlay(event, layered[layer])
