@@ -32,6 +32,7 @@ import yaml
 from ingest.events_contract import iso_micros
 from ingest.sources import Event, ParseFailure, Source
 from ingest.sources.values import (
+    EPOCH,
     blank_to_none,
     detail_text,
     ip_or_none,
@@ -77,6 +78,9 @@ _EPOCH = re.compile(r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 _ISO_GATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ]")
 _ISO = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[T ]([0-9]{1,2})(?::([0-9]{1,2})(?::([0-9]{1,2})(?:\.([0-9]*))?)?)?"
                   r" *(Z|UTC|GMT|[+-][0-9]{1,2}(?::?[0-9]{2})?)?")
+_CANONICAL = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{6})?Z")
+_CANONICAL_MICROS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_ONE_MICRO = dt.timedelta(microseconds=1)
 _INT_TEXT = re.compile(r"\s*[+-]?[0-9]+\s*")
 _MICRO = Decimal("0.000001")
 _NANO = Decimal("0.000000001")
@@ -96,6 +100,9 @@ def text(value: Any) -> str | None:
 
 def string(value: Any) -> str | None:
     """A string field: Zeek's ``-`` and blank mean unset."""
+    if value.__class__ is str:  # the common case, without the calls
+        stripped = value.strip()
+        return value if stripped and stripped != "-" else None
     return blank_to_none(text(value))
 
 
@@ -168,6 +175,11 @@ def timestamp(value: Any) -> int | None:
         return None
     if isinstance(value, str):
         if _ISO_GATE.match(value):
+            if _CANONICAL.fullmatch(value):  # what Zeek writes: no need for the general form
+                try:
+                    return safe_micros((dt.datetime.fromisoformat(value) - EPOCH) // _ONE_MICRO)
+                except ValueError:
+                    return None
             return _iso(value.upper())
         if not _EPOCH.fullmatch(value):
             return None
@@ -195,13 +207,15 @@ def _iso(value: str) -> int | None:
 
 def iso_text(value: Any) -> str | None:
     """A timestamp detail value: ISO 8601 text of :func:`timestamp` of a string field."""
+    if value.__class__ is str and _CANONICAL_MICROS.fullmatch(value) and timestamp(value) is not None:
+        return value  # already the text iso_micros writes
     moment = timestamp(string(value))
     return None if moment is None else iso_micros(moment)
 
 
 def texts(value: Any) -> list[str | None] | None:
     """An array<string> field: each element as text (None when not an array)."""
-    return [text(v) for v in value] if isinstance(value, list) else None
+    return [v if v.__class__ is str else text(v) for v in value] if isinstance(value, list) else None
 
 
 def array(value: Any) -> list[str] | None:
