@@ -31,6 +31,7 @@ import yaml
 
 from ingest.events_contract import iso_micros
 from ingest.sources import Event, ParseFailure, Source
+from ingest.sources.record_parser import MALFORMED_JSON
 from ingest.sources.values import (
     EPOCH,
     blank_to_none,
@@ -44,7 +45,7 @@ from ingest.sources.values import (
 )
 
 PARSER = "zeek"
-MALFORMED = "malformed JSON: not one complete JSON object with Zeek's field types"
+MALFORMED = MALFORMED_JSON  # what record_parser says of a record that is not JSON at all
 NO_PATH = "no _path field, and the log type cannot be inferred from the fields"
 NO_TS = "no ts field"
 FIELDS_DIR = Path(__file__).resolve().parent / "fields"
