@@ -16,6 +16,7 @@ record goes to quarantine with the exception as its reason.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -47,10 +48,13 @@ def formats() -> tuple[str, ...]:
     return (FORMAT_AUTO, FORMAT_SYSLOG, *[s.name for s in _json_sources()])
 
 
-def _json_sources() -> list[Source]:
-    return sorted((s for s in sources() if s.transport == "json"), key=lambda s: s.order)
+@functools.cache
+def _json_sources() -> tuple[Source, ...]:
+    """The JSON sources in the order they are asked (once per process: the registry does not change)."""
+    return tuple(sorted((s for s in sources() if s.transport == "json"), key=lambda s: s.order))
 
 
+@functools.cache
 def _fallback_json_source() -> Source:
     for s in _json_sources():
         if s.json_fallback:
