@@ -195,7 +195,7 @@ def test_sigterm_stops_a_paced_generator_and_a_follower(tmp_path, broker):
 def test_sigterm_stops_a_live_pipeline_and_its_spark_processes(tmp_path, broker):
     lake = tmp_path / "lake"
     log = tmp_path / "run.log"
-    proc = _start(["run", "--bootstrap", broker.bootstrap, "--lake", str(lake), "--trigger", "2s",
+    proc = _start(["run", "--create", "--bootstrap", broker.bootstrap, "--lake", str(lake), "--trigger", "2s",
                    "--upkeep-every", "5s"], log)
     _wait_for(lambda: (lake / "pipeline_progress" / "_delta_log").is_dir(), 240, "a first micro-batch", proc, log)
     started = _terminate_and_check(proc, log, timeout=180)
