@@ -88,3 +88,57 @@ def test_an_existing_lake_needs_no_create(tmp_path: Path):
     done = run_nightjar(["run", "--available-now", "--lake", str(lake), "--bootstrap", f"127.0.0.1:{free_port()}"],
                         timeout=120)
     assert done.returncode == 1 and "cannot reach Kafka" in done.stderr, done.stderr
+
+
+# --- a Kafka address that is wrong or does not answer ----------------------------------------------------------------
+
+def _run_against(bootstrap: str) -> subprocess.CompletedProcess:
+    return run_nightjar(["run", "--available-now", "--bootstrap", bootstrap], timeout=120)
+
+
+@pytest.mark.parametrize(("bootstrap", "expected"), [
+    ("notahost", "expected HOST:PORT"),
+    ("127.0.0.1:ninety", "expected HOST:PORT"),
+    ("notahost:99999", "port 99999 is out of range (1-65535)"),
+    ("127.0.0.1:0", "port 0 is out of range"),
+])
+def test_a_malformed_bootstrap_address_is_an_argument_error(bootstrap, expected):
+    done = _run_against(bootstrap)
+    assert done.returncode == 2, done.stderr
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1 and f"bad bootstrap address {bootstrap!r}" in lines[0] and expected in lines[0], lines
+
+
+def test_a_host_name_that_does_not_resolve_is_named_as_such():
+    done = _run_against("nightjar-no-such-host.invalid:9092")
+    assert done.returncode == 1, done.stderr
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert "'nightjar-no-such-host.invalid' does not resolve" in lines[0] and "refused" not in lines[0]
+
+
+def test_a_refused_connection_is_named_as_such():
+    from ingest.embedded_broker import free_port
+
+    port = free_port()
+    done = _run_against(f"127.0.0.1:{port}")
+    assert done.returncode == 1, done.stderr
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert f"cannot reach Kafka at 127.0.0.1:{port}: connection refused" in lines[0]
+
+
+def test_a_listener_that_never_accepts_times_out_and_says_so():
+    """A socket listening with a backlog of 0 whose one queue slot is taken: further connections get no answer (the
+    kernel drops their SYNs), which is what a host behind a dropping firewall looks like."""
+    import socket
+
+    with socket.socket() as server, socket.socket() as occupant:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        occupant.connect(server.getsockname())  # fills the accept queue; nothing ever accepts
+        done = _run_against(f"127.0.0.1:{server.getsockname()[1]}")
+    assert done.returncode == 1, done.stderr
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr
+    assert "no answer within 3 s" in lines[0] and "refused" not in lines[0]
