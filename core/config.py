@@ -155,6 +155,8 @@ class KafkaTuning:
     request_timeout_ms: int = 10_000
     # How long an offset lookup may take before the broker is declared unreachable.
     metadata_timeout_s: float = 10.0
+    # How long the start-up check (ingest/embedded_broker.check_reachable) waits for a TCP connection to be accepted.
+    connect_timeout_s: float = 3.0
     topic_partitions: int = 4
 
 

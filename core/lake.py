@@ -28,6 +28,27 @@ def is_delta_table(path: Path) -> bool:
     return log.is_dir() and ((log / "_last_checkpoint").exists() or any(log.glob("*.json")))
 
 
+def require_lake(lake: Path, create: bool) -> None:
+    """Refuse to start a new, empty lake at a path that does not exist, unless asked to (``--create``).
+
+    Why: a mistyped ``--lake`` (or ``NIGHTJAR_LAKE``) used to give a new lake with every table, and a pipeline that
+    ran "fine" over nothing the operator meant. The default ``./lake`` is created as before (the first run of a
+    checkout), and so is any path given with ``create``. Raises a :class:`UserError` with exit status 2 (an argument
+    error) that names the path and both ways out.
+    """
+    if create or lake.exists() or lake.absolute() == Path(Settings.lake).absolute():
+        return
+    raise UserError(f"lake directory {lake} does not exist: check --lake (or NIGHTJAR_LAKE), or pass --create to "
+                    "start a new lake there", exit_code=2)
+
+
+def add_create_argument(parser: argparse.ArgumentParser) -> None:
+    """``--create``: the one spelling of "a new lake at this path is intended" (see :func:`require_lake`)."""
+    parser.add_argument("--create", action="store_true",
+                        help="start a new lake if the --lake directory does not exist (default: refuse, "
+                             "except for ./lake)")
+
+
 def list_tables(lake: Path) -> list[str]:
     """Names of the Delta tables directly under ``lake``: the known ones first in contract order."""
     if not lake.is_dir():

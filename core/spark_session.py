@@ -97,6 +97,7 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
     remember_jvm_lookups()  # class and static-method names resolved once per process, not per call: jvm_lookups.py
     jvm_log = _jvm_log_path(settings, app_name)
     with _stderr_to(jvm_log):  # the JVM inherits this stderr for its whole life; ours is restored at once
+        _start_jvm_in_own_group(builder._options)  # pyspark 4.3's builder keeps its options there
         spark = builder.getOrCreate()
     log.debug("Spark's own output (JVM start-up, engine errors): %s", jvm_log)
     for source in data_sources:
@@ -287,6 +288,29 @@ def release(df: DataFrame) -> None:
         _stored_rdd(df).unpersist(False)
     except Exception as exc:  # the JVM is stopping: nothing to free, and the batch must not fail for it
         log.debug("could not release a materialized batch: %s", exc)
+
+
+def _start_jvm_in_own_group(options: dict[str, str]) -> None:
+    """Start the driver JVM (and its SparkContext) in a process group of its own, before the builder would start it
+    in ours; nothing to do when this process already has a JVM.
+
+    Why: a signal to our process group (``nightjar demo`` stopping its children, ``kill -- -PGID``, a service
+    manager, a terminal's Ctrl-C) otherwise reaches the JVM too. Its own SIGTERM hook then stops Spark under the
+    running queries while Python is still stopping them in order: Py4J tracebacks on stderr ("Answer from Java side
+    is empty", ``EOFError``) and ERROR lines in the JVM log (TaskSchedulerImpl statusUpdate, "Python worker crashed",
+    tasks rejected). Out of the group the JVM stops when Python stops it (``SparkContext.stop`` at exit) or when
+    Python is gone (the gateway exits at the end of its stdin, a pipe from us). It stays in our session, so a kill
+    of the whole session still takes it.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or SparkContext._active_spark_context is not None:
+        return
+    conf = SparkConf()
+    for key, value in options.items():
+        conf.set(key, value)
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"process_group": 0}))
 
 
 def _jvm_log_path(settings: Settings, app_name: str) -> Path:

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, Settings
+from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, ENV_BOOTSTRAP, Settings
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -140,16 +140,57 @@ def list_topics(settings: Settings, admin: object | None = None) -> dict[str, in
     return {name: len(meta.partitions) for name, meta in metadata.topics.items() if not name.startswith("__")}
 
 
+def bootstrap_addresses(servers: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT…]`` (librdkafka's ``bootstrap.servers``, an optional ``PROTOCOL://`` prefix allowed)
+    as ``[(host, port), …]``; a :class:`UserError` with exit status 2 (an argument error) for a malformed entry or a
+    port outside 1-65535, before any connection is tried."""
+    out = []
+    for entry in servers.split(","):
+        address = entry.strip().rpartition("://")[2]
+        host, colon, port = address.rpartition(":")
+        host = host.strip("[]")  # [::1]:9092
+        if not colon or not host or not port.isdigit():
+            raise UserError(f"bad bootstrap address {entry.strip()!r} (--bootstrap or {ENV_BOOTSTRAP}): expected "
+                            "HOST:PORT, e.g. 127.0.0.1:9092", exit_code=2)
+        if not 0 < int(port) < 65536:
+            raise UserError(f"bad bootstrap address {entry.strip()!r} (--bootstrap or {ENV_BOOTSTRAP}): port {port} "
+                            "is out of range (1-65535)", exit_code=2)
+        out.append((host, int(port)))
+    return out
+
+
+def unreachable_because(host: str, port: int, timeout_s: float) -> str | None:
+    """Why a TCP connection to ``host:port`` cannot be made (name resolution, refused, timed out), or None if it
+    can. Each cause has its own fix, so the message names the one that happened."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"host name {host!r} does not resolve ({exc.strerror}); check the host in the bootstrap address"
+    try:
+        socket.create_connection((host, port), timeout_s).close()
+    except ConnectionRefusedError:
+        return (f"connection refused: nothing listens on port {port} there; start a broker (`nightjar broker`) "
+                "or pass --bootstrap HOST:PORT")
+    except TimeoutError:
+        return (f"no answer within {timeout_s:g} s (the host is down, a firewall drops the connection, or the "
+                "server is too busy to accept it)")
+    except OSError as exc:  # network unreachable, no route to host, …
+        return f"{exc.strerror or exc}"
+    return None
+
+
 def check_reachable(settings: Settings) -> None:
-    """Fail fast with one line when the bootstrap address does not answer."""
-    host, _, port = settings.bootstrap_servers.split(",")[0].rpartition(":")
-    if not port.isdigit():
-        raise UserError(f"bad bootstrap address {settings.bootstrap_servers!r}: expected HOST:PORT")
-    if not port_is_open(host.strip("[]") or "127.0.0.1", int(port), timeout=3.0):
-        raise UserError(
-            f"cannot reach Kafka at {settings.bootstrap_servers}: nothing listens there; "
-            "start one with `nightjar broker` or pass --bootstrap HOST:PORT"
-        )
+    """Fail fast with one line when the bootstrap address is malformed (exit 2) or no address in it can be
+    connected to (exit 1), naming the cause; then ask Kafka for its topics (a listener that is not Kafka fails
+    there). The one home of this check: every command that talks to Kafka calls it before starting work."""
+    causes = []
+    for host, port in bootstrap_addresses(settings.bootstrap_servers):
+        cause = unreachable_because(host, port, settings.kafka.connect_timeout_s)
+        if cause is None:
+            break
+        causes.append(cause)
+    else:
+        raise UserError(f"cannot reach Kafka at {settings.bootstrap_servers}: {'; '.join(causes)}")
     list_topics(settings)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core.config import Settings
 from core.errors import UserError
+from core.lake import add_create_argument, require_lake
 from core.process_control import alive, start_time
 
 log = logging.getLogger(__name__)
@@ -203,11 +204,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"master port (default {DEFAULT_MASTER_PORT})")
     parser.add_argument("--ui-port", type=int, default=DEFAULT_MASTER_UI_PORT,
                         help=f"master web UI port (default {DEFAULT_MASTER_UI_PORT})")
+    add_create_argument(parser)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.workers < 1 or args.worker_cores < 1:
         raise UserError("--workers and --worker-cores must be at least 1", exit_code=2)
+    if args.action == "up" and args.state_dir is None:  # its state goes under the lake: a typo would start one
+        require_lake(settings.lake, args.create)
     layout = ClusterLayout((args.state_dir or settings.lake / "_cluster").absolute(), args.master_port, args.ui_port)
     if args.action == "up":
         url = cluster_up(layout, args.workers, args.worker_cores, args.worker_memory)

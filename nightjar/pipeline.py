@@ -61,6 +61,7 @@ from core.config import (
 from core.durations import parse_duration, spark_interval
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
+from core.lake import add_create_argument, require_lake
 from core.spark_session import (
     INGEST_QUERY_CONF,
     in_this_query,
@@ -696,6 +697,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="detection rule file or directory (repeatable; default: the built-in rule pack); "
                              "files are re-read while running")
+    add_create_argument(parser)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -705,6 +707,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             raise UserError(f"--{flag.replace('_', '-')} must be a positive number", exit_code=2)
     if args.max_restarts < 0:
         raise UserError("--max-restarts must not be negative", exit_code=2)
+    require_lake(settings.lake, args.create)  # a mistyped --lake must not become a new, empty lake
     trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
     for p in args.rules or []:
         if not p.exists():

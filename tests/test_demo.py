@@ -91,6 +91,12 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     # The pipeline finished its own stop, also when the JVM's SIGTERM hook stopped Spark first (seen: a traceback
     # from removing the progress listener of a JVM already gone).
     assert "pipeline stopped" in pipeline_log and "ConnectionRefusedError" not in pipeline_log, pipeline_log[-3000:]
+    # A clean stop: no traceback, and nothing Spark logs as an ERROR (the JVM no longer gets the demo's SIGTERM to the
+    # pipeline's process group, so Spark is stopped by the pipeline, in order: core/spark_session.py).
+    assert "Traceback" not in pipeline_log, pipeline_log[-3000:]
+    spark_errors = [line for f in (lake / "_logs").glob("spark-*.log")
+                    for line in f.read_text(errors="replace").splitlines() if " ERROR " in line]
+    assert not spark_errors, "\n".join(spark_errors[:20])
 
 
 def _rows(lake: Path, table: str) -> int:

@@ -64,7 +64,7 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         code = cli.main(["run", "--available-now", "--query", "ingest", "--bootstrap", own_broker.bootstrap,
-                         "--lake", str(lake)])
+                         "--lake", str(lake), "--create"])
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

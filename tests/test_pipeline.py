@@ -244,7 +244,7 @@ def test_data_loss_fails_by_default_naming_the_partition_and_the_option_and_leni
         (["run", "--trigger", "banana"], "--trigger must be a duration like"),
         (["run", "--max-offsets-per-trigger", "0"], "--max-offsets-per-trigger must be a positive number"),
         (["run", "--available-now", "--bootstrap", "127.0.0.1:1"], "cannot reach Kafka at 127.0.0.1:1"),
-        (["run", "--available-now", "--lake", "/proc/nightjar-lake"], "is not writable"),
+        (["run", "--available-now", "--create", "--lake", "/proc/nightjar-lake"], "is not writable"),
         (["tables", "--lake", "/nonexistent/lake"], "does not exist"),
     ],
 )
