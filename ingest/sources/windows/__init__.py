@@ -208,10 +208,11 @@ def _attr(node: Any, name: str) -> Any:
 
 def _value(value: Any) -> str | None:
     """A core value from event data: text, or None for absent, empty and ``-``."""
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else str(value)
-    return text if text and text != "-" else None
+    if isinstance(value, str):
+        return value if value and value != "-" else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None  # null, and values that are no text (a list or object where Windows writes text)
 
 
 def _basename(path: str | None) -> str | None:
@@ -226,8 +227,10 @@ def _pid(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value or None
-    text = value.strip() if isinstance(value, str) else str(value)
+        return value if 0 < value < (1 << 63) else None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
     try:
         number = int(text[2:], 16) if text[:2] in ("0x", "0X") else int(text)
     except ValueError:
@@ -364,7 +367,7 @@ def _from_flat(obj: dict[str, Any]) -> _Record:
         if key not in envelope and value is not None:
             data[key] = value
     event_type = data.get("EventType")
-    if event_type in _NXLOG_EVENT_TYPES:
+    if isinstance(event_type, str) and event_type in _NXLOG_EVENT_TYPES:
         rec.winlog["winlog.event_type"] = data.pop("EventType")
     rec.data = data
     winlog = rec.winlog
