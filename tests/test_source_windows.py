@@ -152,3 +152,41 @@ def test_nxlog_local_event_time_takes_the_offset_of_its_receipt():
     event = windows.parse(record, "")
     assert event["@timestamp"] == windows._iso_micros("2020-08-05T06:09:26Z")
     assert event["tags"] is None
+
+
+def test_mutated_records_never_break_the_parser():
+    """Fixture records with values of the wrong type (lists, objects, huge numbers, garbage text) or keys removed
+    are events or quarantined with a reason, never a parser error, and their events convert to Arrow."""
+    import random
+
+    from ingest.events_contract import to_arrow
+
+    rng = random.Random(7)
+    folder = Path(windows.__file__).parent / "fixtures"
+    records = [json.loads(line) for log in sorted(folder.glob("*.log")) for line in log.read_text().splitlines()
+               if line.strip()]
+    odd = [None, True, 0, -1, 1.5, "", "-", [], {}, ["x"], {"#text": 5}, {"#attributes": 3}, 2**70, "0xZZ",
+           "::ffff:", "CN=", "a@b@c", "2020-13-01T00:00:00Z"]
+
+    def mutate(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, item in value.items():
+            roll = rng.random()
+            if roll < 0.05:
+                continue
+            out[key] = rng.choice(odd) if roll < 0.2 else mutate(item)
+        return out
+
+    events = []
+    for number in range(3000):
+        record = mutate(rng.choice(records))
+        if not windows.detect(record):
+            continue
+        parsed = parse_record(json.dumps(record).encode(), topic="fuzz", partition=0, offset=number, ingested_us=0)
+        assert parsed.error is None or parsed.error[0] == windows.PARSER, (parsed.error, record)
+        if parsed.event is not None:
+            events.append(parsed.event)
+    assert len(events) > 1000
+    to_arrow(events)
