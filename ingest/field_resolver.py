@@ -102,15 +102,17 @@ class UnknownField(KeyError):
 def resolve(name: str, datasets: Iterable[str] | None = None) -> Resolved:
     """Where ``name`` lives for events of ``datasets`` (see the module doc); :class:`UnknownField` when nowhere."""
     scope = None if datasets is None else tuple(sorted(set(datasets)))
-    found = _resolve(name, scope)
+    found = _resolve(name, scope, any_name=False)
     if found is None and name in SIGMA_TAXONOMY:
-        found = _resolve(SIGMA_TAXONOMY[name], scope)
+        found = _resolve(SIGMA_TAXONOMY[name], scope, any_name=False)
+    if found is None:  # step 4 last: an open dataset's catch-all must not hide the taxonomy's column
+        found = _resolve(name, scope, any_name=True)
     if found is None:
         raise UnknownField(name, scope)
     return Resolved(name, found)
 
 
-def _resolve(name: str, scope: tuple[str, ...] | None) -> tuple[Place, ...] | None:
+def _resolve(name: str, scope: tuple[str, ...] | None, any_name: bool = True) -> tuple[Place, ...] | None:
     if name in ALL_COLUMN_TYPES and name != DETAIL:
         return (Place(ALL_COLUMN_TYPES[name], core=name),)
     registry = registry_datasets()
@@ -126,7 +128,7 @@ def _resolve(name: str, scope: tuple[str, ...] | None) -> tuple[Place, ...] | No
                     break
             if hit:
                 break
-            if d.open:
+            if d.open and any_name:
                 open_sets.append(dataset)
         if hit is not None:
             by_place.setdefault(hit, []).append(dataset)

@@ -33,6 +33,9 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 DROPPED = {"source.address", "destination.address"}
 MAP_FIELDS = {"syslog.json", "winlog.event_data"}
 CORPUS_LINES = 400  # per corpus file: enough for every shape in them, small enough for the quick tier
+# Sources that replace no Spark SQL parser (new in the registry): nothing to compare with. windows: Windows events as
+# JSON records (issue #40; the old parse read Windows events only inside syslog lines).
+NO_OLD_PARSER = {"windows"}
 
 
 def _fixture_lines(source: str) -> list[bytes]:
@@ -133,7 +136,7 @@ def _is_timestamp(path: str) -> bool:
     return ECS_FIELDS.get(path) == "timestamp"
 
 
-@pytest.mark.parametrize("source", [s.name for s in sources()])
+@pytest.mark.parametrize("source", [s.name for s in sources() if s.name not in NO_OLD_PARSER])
 def test_fixtures_parse_as_before(spark, source: str):
     problems = compare(_fixture_lines(source), spark)
     assert not problems, "\n".join(problems[:40])

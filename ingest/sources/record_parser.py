@@ -93,16 +93,16 @@ def parse_line(line: str, fmt: str = FORMAT_AUTO, ingested_us: int | None = None
     if fmt == FORMAT_SYSLOG or (fmt == FORMAT_AUTO and not line.lstrip(_SPACE).startswith(("{", "["))):
         return syslog_source.parse(line, ingested_us, record_us)
     forced = None if fmt == FORMAT_AUTO else _json_source(fmt)
-    fallback = forced or _fallback_json_source()
     try:
         obj = json.loads(line)
     except ValueError:
-        raise ParseFailure(fallback.name, MALFORMED_JSON) from None
+        raise ParseFailure((forced or _fallback_json_source()).name, MALFORMED_JSON) from None
     if forced is None and isinstance(obj, dict):
         for s in _json_sources():
             if s.detect is not None and s.detect(obj):
                 return s.parse(obj, line)
-    return fallback.parse(obj, line)
+    # Looked up only here: a record some source detects needs no fallback source.
+    return (forced or _fallback_json_source()).parse(obj, line)
 
 
 def _json_source(name: str) -> Source:
