@@ -1,6 +1,6 @@
 """The ``events`` contract, version 2: a narrow typed ECS core plus one per-source ``detail`` column.
 
-Why (ARCHITECTURE.md decision 6): one struct of every field of every source (412 leaves) cost 400–500 µs of core
+Why (docs/architecture.md, decision 6): one struct of every field of every source (412 leaves) cost 400–500 µs of core
 time per event to parse and seconds to plan per micro-batch; any one event fills a few dozen of them. Here:
 
 * the **core** holds the ECS fields that cross-source consumers read — rules, correlations, DHCP attribution,

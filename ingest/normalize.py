@@ -108,7 +108,7 @@ class _Plan:
 # with the square of the depth, and a streaming query pays it on every micro-batch. The walk stops at any node that
 # is not a projection or filter; an observation is the cheapest such node that changes no row. Planning the parse
 # of 200 lines: physical planning 1.29 -> 0.12 s, optimizer 1.82 -> 1.41 s, same rows (docs/performance.md,
-# thirteenth session).
+# "Ingest query: planning").
 PLANNING_BARRIER_EVERY = 2
 PLANNING_BARRIER_METRIC = "rows"
 _barrier_calls = itertools.count()
@@ -140,7 +140,7 @@ def _parse_plan(optional: frozenset[str], _context: int) -> _Plan:
     # Each parser's fields are materialized as structs, one per case (Zeek log type) or layer (Windows event, JSON
     # payload, message form, header), null where the case does not apply; the leaves then read them. So a row
     # evaluates its own parser's expressions only, and tests its format and log type once, not once per field:
-    # -19 % per-row parse time, same rows (docs/performance.md, fifteenth session).
+    # -19 % per-row parse time, same rows (docs/performance.md, "Parse").
     zeek_cases, zeek_fields = dispatch_cases(zeek.cases(is_zeek), "_zc")
     syslog_layers: list[Column] = []
 

@@ -18,7 +18,7 @@ def dispatch_cases(cases: list[tuple[Column, Fields]], prefix: str) -> tuple[lis
     (``zeek conn``) listed before a general one (``any Zeek row``) overrides only the paths it defines. A row
     tests each condition once and evaluates only the expressions of the cases that hold for it; a per-field
     ``CASE`` re-tests the conditions for every field, and in interpreted evaluation those tests were most of the
-    parse's per-row cost (docs/performance.md, fifteenth session).
+    parse's per-row cost (docs/performance.md, "Parse").
     """
     structs: list[Column] = []
     readers: dict[str, list[tuple[Column, Column]]] = {}

@@ -7,7 +7,7 @@ no regex and no conversion to a Java string), and the groups of the matching for
 ``regexp_replace`` to the groups joined by a separator (Java replacement syntax ``${name}``) and ``split``; if a
 capture contains the separator, one ``regexp_extract`` per group instead, so the answer is the same either way.
 (A single regex pass per form, its ``regexp_replace`` bound to a lambda variable before the test and the split, was
-measured slower: Spark interprets lambdas instead of generating code; docs/performance.md, "Fifth session".)
+measured slower: Spark interprets lambdas instead of generating code; docs/performance.md, "Parse".)
 
 A :class:`MessageForm` is a pattern plus the ECS fields it yields. :func:`match_forms` tries forms in order
 (first match wins) and returns ``struct<form: int, g: array<string>>`` (the 1-based form number and the
