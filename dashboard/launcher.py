@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 APP = Path(__file__).resolve().parent / "app.py"
 REPO_ROOT = APP.parent.parent
 HEALTH_PATH = "/_stcore/health"
+# Streamlit's toolbar shows developer options (Deploy, Rerun, Clear cache) to anyone who opens the app on localhost;
+# analysts get the viewer's menu only (print, theme, about), wherever they connect from.
+TOOLBAR_MODE = "viewer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +48,7 @@ def streamlit_argv(port: int, host: str = "127.0.0.1") -> list[str]:
         "--server.address", host,
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", TOOLBAR_MODE,
         # The page only reads the lake; file watching would just burn CPU on a busy machine.
         "--server.fileWatcherType", "none",
     ]

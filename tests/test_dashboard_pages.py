@@ -32,7 +32,7 @@ from dashboard.alerts_data import (
     revisions,
 )
 from dashboard.rules_catalog import load_catalog
-from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells
+from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells, serve_dashboard
 
 SCREENSHOTS_ENV = "NIGHTJAR_SCREENSHOTS"  # a directory: write the pages' screenshots there (docs/images to refresh)
 SCENARIOS = {"ssh_brute_force", "sudo_non_admin", "ioc_match", "new_country_login", "port_scan_vertical"}
@@ -159,18 +159,9 @@ def rules_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
-    from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
-    from ingest.embedded_broker import free_port
-
-    port = free_port()
-    proc = start_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)), port,
-                           log_file=tmp_path_factory.mktemp("dash") / "dashboard.log")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_ready(url, timeout=90, proc=proc)
+    with serve_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)),
+                         tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
-    finally:
-        stop_dashboard(proc)
 
 
 @pytest.fixture(scope="module")
