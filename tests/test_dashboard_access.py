@@ -1,4 +1,5 @@
-"""What an analyst reaching the dashboard gets: no developer chrome, in a real Streamlit server and headless Chromium.
+"""What an analyst reaching the dashboard gets, in a real Streamlit server and headless Chromium: no developer chrome,
+a rule lab whose file name box starts empty.
 
 A small lake (no pipeline run: a few rows written with deltalake) is enough for these checks, so the module stays
 fast next to test_dashboard_pages.py, whose pages need a lake built by the real pipeline.
@@ -6,12 +7,14 @@ fast next to test_dashboard_pages.py, whose pages need a lake built by the real 
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from alerts.rule_loader import BUILTIN_RULES
 from core.config import Settings
 from tests.test_dashboard import _chrome, _wait_for_text, serve_dashboard
 
@@ -26,8 +29,17 @@ def small_lake(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(small_lake: Path, tmp_path_factory) -> Iterator[str]:
-    with serve_dashboard(Settings(lake=small_lake), tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
+def rules_dir(tmp_path_factory) -> Path:
+    """The rules directory the rule lab saves into: a copy of the pack, never the pack itself."""
+    path = tmp_path_factory.mktemp("rules") / "rules"
+    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(small_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
+    with serve_dashboard(Settings(lake=small_lake, rules=(rules_dir,)),
+                         tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
 
 
@@ -65,3 +77,28 @@ def test_no_deploy_button_nor_developer_menu_on_localhost(served: str, driver) -
     assert "stMainMenuItem-print" in items, items  # the viewer's menu is still there...
     for developer_option in ("rerun", "autoRerun", "clearCache", "deploy"):  # ... without the developer's entries
         assert f"stMainMenuItem-{developer_option}" not in items, items
+
+
+# --- rule lab --------------------------------------------------------------------------------------------------------
+
+def test_rule_lab_file_name_starts_empty_so_a_typed_name_is_the_name_used(served: str, driver, rules_dir: Path) -> None:
+    """The box was pre-filled with the loaded rule's file name, so a name typed into it was appended to that one
+    (sudo_non_admin.yml.hidden.yml was saved). Typing the loaded file's own name into the empty box names exactly
+    that file: the save stops at "exists, confirm the overwrite" (before any validation) and names it."""
+    from selenium.webdriver.common.keys import Keys
+
+    driver.get(f"{served}/rules?rule_id=sudo_non_admin")
+    _wait_for_text(driver, lambda t: "Validate and save" in t)
+    box = driver.find_element("css selector", "input[aria-label='File name']")
+    assert box.get_attribute("value") == ""
+    assert "sudo_non_admin.yml" in box.get_attribute("placeholder")
+    box.send_keys("sudo_non_admin.yml", Keys.ENTER)
+    time.sleep(1.0)
+    assert driver.find_element("css selector", "input[aria-label='File name']").get_attribute("value") == \
+        "sudo_non_admin.yml"
+    [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Validate and save"][0].click()
+    text = _wait_for_text(driver, lambda t: "Not saved:" in t)
+    assert f"{rules_dir / 'sudo_non_admin.yml'} exists" in text
+    assert "confirm the overwrite" in text
+    assert sorted(p.name for p in rules_dir.iterdir()) == sorted(p.name for p in BUILTIN_RULES.iterdir()
+                                                                 if p.name != "__pycache__")
