@@ -7,7 +7,6 @@ fast next to test_dashboard_pages.py, whose pages need a lake built by the real 
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,14 +24,6 @@ pytestmark = pytest.mark.browser
 def small_lake(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("access") / "lake"
     path.mkdir()
-    return path
-
-
-@pytest.fixture(scope="module")
-def rules_dir(tmp_path_factory) -> Path:
-    """The rules directory the rule lab saves into: a copy of the pack, never the pack itself."""
-    path = tmp_path_factory.mktemp("rules") / "rules"
-    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
     return path
 
 

@@ -146,18 +146,6 @@ def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
 # --- the pages in a browser ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def rules_dir(tmp_path_factory) -> Path:
-    """The rules directory the dashboard saves into (a copy of the pack, as an operator's own directory would be)."""
-    import shutil
-
-    from alerts.rule_loader import BUILTIN_RULES
-
-    path = tmp_path_factory.mktemp("rules") / "rules"
-    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
-    return path
-
-
-@pytest.fixture(scope="module")
 def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
     with serve_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)),
                          tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
