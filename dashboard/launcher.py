@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from core.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, ENV_RULES, Settings
+from core.config import DEFAULT_DASHBOARD_PORT, ENV_HUNT_MAX_BYTES, ENV_LAKE, ENV_RULES, Settings
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def start_dashboard(settings: Settings, port: int, host: str = "127.0.0.1",
     env[ENV_LAKE] = str(settings.lake.resolve())
     if settings.rules:  # the rule lab saves into the first; every page describes these rules
         env[ENV_RULES] = os.pathsep.join(str(p.resolve()) for p in settings.rules)
+    env[ENV_HUNT_MAX_BYTES] = str(settings.hunt_max_bytes)
     # The app imports `dashboard` and `nightjar` from the repository root, wherever the caller's cwd is.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - handed to the child

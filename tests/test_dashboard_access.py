@@ -1,5 +1,6 @@
 """What an analyst reaching the dashboard gets, in a real Streamlit server and headless Chromium: no developer chrome,
-a rule lab whose file name box starts empty.
+a hunt result capped in bytes with a message instead of Streamlit's MessageSizeError, a rule lab whose file name box
+starts empty.
 
 A small lake (no pipeline run: a few rows written with deltalake) is enough for these checks, so the module stays
 fast next to test_dashboard_pages.py, whose pages need a lake built by the real pipeline.
@@ -18,6 +19,7 @@ from core.config import Settings
 from tests.test_dashboard import _chrome, _wait_for_text, serve_dashboard
 
 pytestmark = pytest.mark.browser
+HUNT_MAX_BYTES = 5_000_000  # the served dashboard's hunt result cap (4.77 MiB)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def small_lake(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(small_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
-    with serve_dashboard(Settings(lake=small_lake, rules=(rules_dir,)),
+    with serve_dashboard(Settings(lake=small_lake, rules=(rules_dir,), hunt_max_bytes=HUNT_MAX_BYTES),
                          tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
 
@@ -93,3 +95,21 @@ def test_rule_lab_file_name_starts_empty_so_a_typed_name_is_the_name_used(served
     assert "confirm the overwrite" in text
     assert sorted(p.name for p in rules_dir.iterdir()) == sorted(p.name for p in BUILTIN_RULES.iterdir()
                                                                  if p.name != "__pycache__")
+
+
+# --- hunt ------------------------------------------------------------------------------------------------------------
+
+def test_a_hunt_over_the_byte_cap_shows_the_limit_and_the_rows_that_fit(served: str, driver) -> None:
+    """Eight 2-MB values under the served 4.77-MiB cap (in production 64 MiB; eight 30-MB values were a 240-MB
+    message Streamlit refused): two rows are shown, with one message naming the limit and how to narrow the query."""
+    from urllib.parse import quote
+
+    sql = "SELECT i, repeat('x', 2000000) AS s FROM range(8) t(i)"
+    driver.get(f"{served}/hunt?q={quote(sql)}")
+    _wait_for_text(driver, lambda t: "Saved hunts" in t and "4.77 MiB at most" in t)
+    [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Run"][0].click()
+    text = _wait_for_text(driver, lambda t: "row(s) in" in t)
+    assert "2 row(s) in" in text
+    assert ("Cut at 4.77 MiB (the hunt result limit, NIGHTJAR_HUNT_MAX_BYTES): the first 2 row(s) fit. Select fewer "
+            "or shorter columns") in text
+    assert "MessageSizeError" not in text and "exceeds" not in text
