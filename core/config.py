@@ -118,6 +118,10 @@ ENV_DASHBOARD_REFRESH_S = "NIGHTJAR_DASHBOARD_REFRESH_S"  # page refresh interva
 # it: well under that.
 DEFAULT_HUNT_MAX_BYTES = 64 * 1024 * 1024
 ENV_HUNT_MAX_BYTES = "NIGHTJAR_HUNT_MAX_BYTES"
+# The analyst's identity (dashboard/identity.py): the request header a login proxy sets with the user's name, honoured
+# only when named here; and, on a dashboard serving loopback alone without a login, the local name (else the OS user).
+ENV_DASHBOARD_USER_HEADER = "NIGHTJAR_DASHBOARD_USER_HEADER"
+ENV_ANALYST = "NIGHTJAR_ANALYST"
 
 
 # librdkafka settings whose values are credentials: never printed (Settings' repr, logs, error messages). Spark's
@@ -189,6 +193,8 @@ class Settings:
     ml_trigger: str = DEFAULT_ML_TRIGGER  # Spark interval text; settings_from_env normalizes any duration spelling
     auth_sessions_trigger: str = DEFAULT_AUTH_SESSIONS_TRIGGER  # likewise
     hunt_max_bytes: int = DEFAULT_HUNT_MAX_BYTES  # the dashboard's hunt result cap, bytes
+    dashboard_user_header: str = ""  # e.g. X-Forwarded-User; '' honours no header
+    analyst: str = ""  # the local analyst name on a loopback-only dashboard without a login; '' is the OS user
 
     def __post_init__(self) -> None:
         # Whatever mapping was given, its repr must hide the credentials: Settings are logged and end up in tracebacks.
@@ -239,6 +245,10 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
             values[key] = env[name]
     if env.get(ENV_HUNT_MAX_BYTES):
         values["hunt_max_bytes"] = byte_count(env[ENV_HUNT_MAX_BYTES], ENV_HUNT_MAX_BYTES)
+    if env.get(ENV_DASHBOARD_USER_HEADER):
+        values["dashboard_user_header"] = header_name(env[ENV_DASHBOARD_USER_HEADER], ENV_DASHBOARD_USER_HEADER)
+    if env.get(ENV_ANALYST):
+        values["analyst"] = env[ENV_ANALYST].strip()
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
@@ -283,3 +293,16 @@ def byte_count(text: str, env_name: str) -> int:
         raise UserError(f"{env_name} {text!r} must be a whole number of bytes above zero (67108864 is 64 MiB)",
                         exit_code=2)
     return value
+
+
+def header_name(text: str, what: str) -> str:
+    """An HTTP header name (letters, digits, '-'); a UserError naming ``what`` otherwise."""
+    import re
+
+    from core.errors import UserError
+
+    name = text.strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", name):
+        raise UserError(f"{what} {text!r} is not an HTTP header name (letters, digits and '-', e.g. X-Forwarded-User)",
+                        exit_code=2)
+    return name

@@ -1,6 +1,6 @@
-"""What an analyst reaching the dashboard gets, in a real Streamlit server and headless Chromium: no developer chrome,
-a hunt result capped in bytes with a message instead of Streamlit's MessageSizeError, a rule lab whose file name box
-starts empty.
+"""What an analyst reaching the dashboard gets, in a real Streamlit server and headless Chromium: an identity from the
+login proxy's header (no name box), no developer chrome, a hunt result capped in bytes with a message instead of
+Streamlit's MessageSizeError, a rule lab whose file name box starts empty.
 
 A small lake (no pipeline run: a few rows written with deltalake) is enough for these checks, so the module stays
 fast next to test_dashboard_pages.py, whose pages need a lake built by the real pipeline.
@@ -20,18 +20,25 @@ from tests.test_dashboard import _chrome, _wait_for_text, serve_dashboard
 
 pytestmark = pytest.mark.browser
 HUNT_MAX_BYTES = 5_000_000  # the served dashboard's hunt result cap (4.77 MiB)
+USER_HEADER = "X-Forwarded-User"  # the served dashboard trusts this header (as behind a login proxy)
 
 
 @pytest.fixture(scope="module")
 def small_lake(tmp_path_factory) -> Path:
+    """One alert (written as the pipeline's alert sink writes them), nothing else."""
+    from alerts.alert_sink import write_alert_rows
+    from tests.test_alert_sink import make_alert
+
     path = tmp_path_factory.mktemp("access") / "lake"
     path.mkdir()
+    write_alert_rows([make_alert()], Settings(lake=path), "tests", 0)
     return path
 
 
 @pytest.fixture(scope="module")
 def served(small_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
-    with serve_dashboard(Settings(lake=small_lake, rules=(rules_dir,), hunt_max_bytes=HUNT_MAX_BYTES),
+    with serve_dashboard(Settings(lake=small_lake, rules=(rules_dir,), hunt_max_bytes=HUNT_MAX_BYTES,
+                                  dashboard_user_header=USER_HEADER),
                          tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
 
@@ -113,3 +120,46 @@ def test_a_hunt_over_the_byte_cap_shows_the_limit_and_the_rows_that_fit(served: 
     assert ("Cut at 4.77 MiB (the hunt result limit, NIGHTJAR_HUNT_MAX_BYTES): the first 2 row(s) fit. Select fewer "
             "or shorter columns") in text
     assert "MessageSizeError" not in text and "exceeds" not in text
+
+
+# --- the analyst's identity ------------------------------------------------------------------------------------------
+
+def _record_button(driver):
+    return [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Record"][0]
+
+
+def test_the_proxy_headers_user_is_shown_and_recorded_and_no_name_box_exists(served: str, small_lake: Path) -> None:
+    """Chromium sends X-Forwarded-User on every request, WebSocket included (CDP Network.setExtraHTTPHeaders), as a
+    login proxy in front of the dashboard would: the sidebar names that user, there is no box to type a name into,
+    and the triage action recorded in alert_triage carries that user."""
+    from dashboard import triage
+    from tests.test_alert_sink import make_alert
+
+    alert_id = make_alert()["alert_id"]
+    proxied = _chrome()
+    try:
+        proxied.execute_cdp_cmd("Network.enable", {})
+        proxied.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {USER_HEADER: "mallory.analyst"}})
+        proxied.get(f"{served}/alert?alert_id={alert_id}")
+        text = _wait_for_text(proxied, lambda t: "Analyst: mallory.analyst" in t and "Status: new" in t)
+        assert "From the proxy header X-Forwarded-User" in text and "Triage is disabled" not in text
+        assert proxied.find_elements("css selector", "[data-testid=stSidebar] input") == []  # no name box
+        _record_button(proxied).click()  # the first action: acknowledge
+        _wait_for_text(proxied, lambda t: "Recorded: acknowledge by mallory.analyst" in t)
+    finally:
+        proxied.quit()
+    hist = triage.history(small_lake, alert_id)
+    assert hist[["action", "analyst"]].values.tolist() == [["ack", "mallory.analyst"]]
+
+
+def test_without_the_header_there_is_no_identity_and_triage_is_disabled(served: str, driver) -> None:
+    """The same dashboard opened without the proxy (no header): no one to record, so no triage, and no box to claim
+    a name either."""
+    from tests.test_alert_sink import make_alert
+
+    driver.get(f"{served}/alert?alert_id={make_alert()['alert_id']}")
+    text = _wait_for_text(driver, lambda t: "Triage is disabled" in t)
+    assert "the request carries no X-Forwarded-User header: open the dashboard through its login proxy" in text
+    assert "Analyst:" not in text
+    assert not _record_button(driver).is_enabled()
+    assert driver.find_elements("css selector", "[data-testid=stSidebar] input") == []

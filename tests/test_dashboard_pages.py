@@ -147,7 +147,7 @@ def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
 
 @pytest.fixture(scope="module")
 def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
-    with serve_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)),
+    with serve_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,), analyst="alice"),
                          tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
 
@@ -180,14 +180,6 @@ def _click_button(driver, label: str) -> None:
     buttons = [b for b in driver.find_elements("css selector", "button") if b.text.strip() == label]
     assert buttons, f"no button {label!r}"
     buttons[0].click()
-
-
-def _set_analyst(driver, name: str) -> None:
-    from selenium.webdriver.common.keys import Keys
-
-    box = driver.find_element("css selector", "input[aria-label='Your name (analyst)']")
-    box.clear()
-    box.send_keys(name, Keys.ENTER)
 
 
 def _choose(driver, label: str, option: str) -> None:
@@ -232,8 +224,7 @@ def test_alert_detail_shows_evidence_and_a_false_positive_closure_survives_a_rel
     assert "T1110.001" in text and "Status\nnew" in text
     _screenshot(driver, "alert-detail")
 
-    _set_analyst(driver, "alice")
-    _wait_for_text(driver, lambda t: "Enter your name in the sidebar" not in t)
+    _wait_for_text(driver, lambda t: "Analyst: alice" in t)  # the configured local identity (loopback, no proxy)
     _choose(driver, "Action", "close: false positive")
     reason = driver.find_element("css selector", "input[aria-label='Reason (required to close, reopen, comment)']")
     reason.send_keys("authorized red-team exercise")
@@ -482,8 +473,6 @@ def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_ro
     _wait_for_text(driver, lambda t: _volume_line(t) == (volume[0] + 1, volume[1]))
     _wait_for_text(driver, lambda t: "Bulk action on 2 selected alert(s)" in t)
 
-    _set_analyst(driver, "bob")
-    _wait_for_text(driver, lambda t: "Enter your name in the sidebar first." not in t)
     _click_button(driver, "Apply")
     _wait_for_text(driver, lambda t: "Bulk action on 0 selected alert(s)" in t)
     acked = triage.statuses(pipeline_lake).query("status == 'acknowledged'")

@@ -217,3 +217,57 @@ def test_saved_hunts_ship_defaults_and_keep_new_ones(lake: Path) -> None:
     assert "mine" not in [h.name for h in hunt.saved_hunts(lake)]
     with pytest.raises(hunt.HuntRefused, match="COPY"):
         hunt.save_hunt(lake, hunt.SavedHunt("bad", "COPY x TO '/tmp/y'"))
+
+
+# --- the analyst's identity (dashboard/identity.py) ----------------------------------------------------------------
+
+def _nobody() -> str:
+    raise AssertionError("the OS user must not be asked")
+
+
+def test_identity_from_the_configured_proxy_header_only() -> None:
+    from dashboard.identity import resolve
+
+    headers = {"X-Forwarded-User": "  mallory.analyst ", "X-Remote-User": "eve"}
+    who = resolve(headers, header_name="X-Forwarded-User", loopback=True, local_name="local", os_user=_nobody)
+    assert (who.name, who.source) == ("mallory.analyst", "proxy header X-Forwarded-User")
+    # not configured: a header is never trusted, whatever the client sends
+    assert resolve(headers, loopback=False, os_user=_nobody).name == ""
+    assert resolve(headers, loopback=True, local_name="local").name == "local"
+    # configured but missing: no identity (no fallback to the local user), and the reason
+    none = resolve({"X-Remote-User": "eve"}, header_name="X-Forwarded-User", loopback=True, os_user=_nobody)
+    assert none.name == "" and "no X-Forwarded-User header" in none.problem
+
+
+def test_identity_from_the_oidc_login() -> None:
+    from dashboard.identity import resolve
+
+    user = {"is_logged_in": True, "email": "ana@example.org", "name": "Ana", "sub": "123"}
+    assert resolve({}, oidc=True, oidc_user=user, loopback=True, os_user=_nobody).name == "ana@example.org"
+    assert resolve({}, oidc=True, oidc_user={"is_logged_in": True, "sub": "123"}).name == "123"
+    out = resolve({}, oidc=True, oidc_user={"is_logged_in": False}, loopback=True, os_user=_nobody)
+    assert out.name == "" and out.needs_login
+    # the proxy header first; OIDC when the header is missing
+    assert resolve({"X-Forwarded-User": "bob"}, header_name="X-Forwarded-User", oidc=True, oidc_user=user).name == "bob"
+    assert resolve({}, header_name="X-Forwarded-User", oidc=True, oidc_user=user).name == "ana@example.org"
+
+
+def test_local_identity_on_loopback_only() -> None:
+    from dashboard.identity import NO_LOGIN_BEYOND_LOOPBACK, is_loopback, resolve
+
+    assert resolve({}, loopback=True, os_user=lambda: "osuser").label() == "osuser (local user, loopback only)"
+    assert resolve({}, loopback=True, local_name=" carol ", os_user=_nobody).name == "carol"
+    beyond = resolve({}, loopback=False, local_name="carol", os_user=_nobody)
+    assert beyond.name == "" and beyond.problem == NO_LOGIN_BEYOND_LOOPBACK
+    assert [is_loopback(a) for a in ("127.0.0.1", "127.0.1.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5",
+                                     "dashboard.example.org")] == [True, True, True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("bad", ["X Forwarded User", "X-User:", "-x"])
+def test_a_bad_user_header_setting_names_the_variable(bad: str) -> None:
+    from core.config import ENV_DASHBOARD_USER_HEADER, settings_from_env
+
+    with pytest.raises(UserError, match=f"{ENV_DASHBOARD_USER_HEADER} .* is not an HTTP header name"):
+        settings_from_env({ENV_DASHBOARD_USER_HEADER: bad})
+    assert settings_from_env({ENV_DASHBOARD_USER_HEADER: " X-Forwarded-User "}).dashboard_user_header == \
+        "X-Forwarded-User"
