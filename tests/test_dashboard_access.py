@@ -163,3 +163,26 @@ def test_without_the_header_there_is_no_identity_and_triage_is_disabled(served: 
     assert "Analyst:" not in text
     assert not _record_button(driver).is_enabled()
     assert driver.find_elements("css selector", "[data-testid=stSidebar] input") == []
+
+
+def test_on_loopback_without_a_login_the_configured_local_name_is_recorded(small_lake: Path, tmp_path: Path) -> None:
+    """No proxy header, no OIDC, the dashboard serving 127.0.0.1 only: the configured local name (--analyst) is the
+    identity — shown, recorded with the triage action, and still no box to type another one."""
+    from dashboard import triage
+    from tests.test_alert_sink import make_alert
+
+    alert_id = make_alert()["alert_id"]
+    before = len(triage.history(small_lake, alert_id))
+    with serve_dashboard(Settings(lake=small_lake, analyst="alice"), tmp_path / "dashboard.log") as url:
+        local = _chrome()
+        try:
+            local.get(f"{url}/alert?alert_id={alert_id}")
+            text = _wait_for_text(local, lambda t: "Analyst: alice" in t and "Status:" in t)
+            assert "From the local user, loopback only" in text and "Triage is disabled" not in text
+            assert local.find_elements("css selector", "[data-testid=stSidebar] input") == []
+            _record_button(local).click()
+            _wait_for_text(local, lambda t: "Recorded: acknowledge by alice" in t)
+        finally:
+            local.quit()
+    hist = triage.history(small_lake, alert_id)
+    assert len(hist) == before + 1 and hist["analyst"].tolist()[-1] == "alice"
