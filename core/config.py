@@ -112,6 +112,16 @@ ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> s
 DEFAULT_BROKER_PORT = 9092
 DEFAULT_DASHBOARD_PORT = 8501
 ENV_DASHBOARD_REFRESH_S = "NIGHTJAR_DASHBOARD_REFRESH_S"  # page refresh interval (seconds)
+# The most a hunt's result may hold (Arrow bytes of the rows fetched; the rows are capped too, dashboard/hunt.py).
+# Streamlit refuses a message over 200 MB (`SELECT repeat('x', 30000000) FROM range(8)` showed its raw
+# MessageSizeError and left the dashboard at 635 MB); every session keeps its last result, and the CSV export copies
+# it: well under that.
+DEFAULT_HUNT_MAX_BYTES = 64 * 1024 * 1024
+ENV_HUNT_MAX_BYTES = "NIGHTJAR_HUNT_MAX_BYTES"
+# The analyst's identity (dashboard/identity.py): the request header a login proxy sets with the user's name, honoured
+# only when named here; and, on a dashboard serving loopback alone without a login, the local name (else the OS user).
+ENV_DASHBOARD_USER_HEADER = "NIGHTJAR_DASHBOARD_USER_HEADER"
+ENV_ANALYST = "NIGHTJAR_ANALYST"
 
 
 # librdkafka settings whose values are credentials: never printed (Settings' repr, logs, error messages). Spark's
@@ -184,6 +194,9 @@ class Settings:
     upkeep_interval_s: float = 600.0  # `nightjar run`'s background compaction/vacuum (nightjar/upkeep.py); 0: off
     ml_trigger: str = DEFAULT_ML_TRIGGER  # Spark interval text; settings_from_env normalizes any duration spelling
     auth_sessions_trigger: str = DEFAULT_AUTH_SESSIONS_TRIGGER  # likewise
+    hunt_max_bytes: int = DEFAULT_HUNT_MAX_BYTES  # the dashboard's hunt result cap, bytes
+    dashboard_user_header: str = ""  # e.g. X-Forwarded-User; '' honours no header
+    analyst: str = ""  # the local analyst name on a loopback-only dashboard without a login; '' is the OS user
 
     def __post_init__(self) -> None:
         # Whatever mapping was given, its repr must hide the credentials: Settings are logged and end up in tracebacks.
@@ -232,6 +245,12 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
     for key, name in _TRIGGER_SETTINGS.items():
         if env.get(name):
             values[key] = env[name]
+    if env.get(ENV_HUNT_MAX_BYTES):
+        values["hunt_max_bytes"] = byte_count(env[ENV_HUNT_MAX_BYTES], ENV_HUNT_MAX_BYTES)
+    if env.get(ENV_DASHBOARD_USER_HEADER):
+        values["dashboard_user_header"] = header_name(env[ENV_DASHBOARD_USER_HEADER], ENV_DASHBOARD_USER_HEADER)
+    if env.get(ENV_ANALYST):
+        values["analyst"] = env[ENV_ANALYST].strip()
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
@@ -262,3 +281,30 @@ def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
     if seconds <= 0:
         raise UserError(f"{env_name} {text!r} must be longer than zero", exit_code=2)
     return spark_interval(seconds)
+
+
+def byte_count(text: str, env_name: str) -> int:
+    """A positive whole number of bytes from ``env_name``'s value; a UserError naming the variable otherwise."""
+    from core.errors import UserError
+
+    try:
+        value = int(str(text).strip().replace("_", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UserError(f"{env_name} {text!r} must be a whole number of bytes above zero (67108864 is 64 MiB)",
+                        exit_code=2)
+    return value
+
+
+def header_name(text: str, what: str) -> str:
+    """An HTTP header name (letters, digits, '-'); a UserError naming ``what`` otherwise."""
+    import re
+
+    from core.errors import UserError
+
+    name = text.strip()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", name):
+        raise UserError(f"{what} {text!r} is not an HTTP header name (letters, digits and '-', e.g. X-Forwarded-User)",
+                        exit_code=2)
+    return name

@@ -45,6 +45,6 @@ nav = st.navigation({
     "Investigate": [ui.PAGES[ui.PAGE_HUNT], ui.PAGES[ui.PAGE_ENTITY]],
     "Operations": [ui.PAGES[ui.PAGE_COVERAGE], ui.PAGES[ui.PAGE_RULE_LAB], ui.PAGES[ui.PAGE_PIPELINE]],
 })
-ui.analyst_box()
+ui.identity_box()
 st.sidebar.caption(f"Lake: `{ui.lake()}`")
 nav.run()

@@ -18,7 +18,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from core.config import DEFAULT_DASHBOARD_PORT, ENV_LAKE, ENV_RULES, Settings
+from core.config import (
+    DEFAULT_DASHBOARD_PORT,
+    ENV_ANALYST,
+    ENV_DASHBOARD_USER_HEADER,
+    ENV_HUNT_MAX_BYTES,
+    ENV_LAKE,
+    ENV_RULES,
+    Settings,
+    header_name,
+)
 from core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -26,6 +35,9 @@ log = logging.getLogger(__name__)
 APP = Path(__file__).resolve().parent / "app.py"
 REPO_ROOT = APP.parent.parent
 HEALTH_PATH = "/_stcore/health"
+# Streamlit's toolbar shows developer options (Deploy, Rerun, Clear cache) to anyone who opens the app on localhost;
+# analysts get the viewer's menu only (print, theme, about), wherever they connect from.
+TOOLBAR_MODE = "viewer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", type=Path, metavar="DIR",
                         help="rules directory the rule lab saves into and the pages describe (env NIGHTJAR_RULES; "
                              "default: the built-in rule pack); run the pipeline with the same --rules")
+    parser.add_argument("--user-header", metavar="NAME",
+                        help="request header a login proxy sets with the analyst's user name, e.g. X-Forwarded-User "
+                             "(env NIGHTJAR_DASHBOARD_USER_HEADER; honoured only when given: docs/dashboard.md)")
+    parser.add_argument("--analyst", metavar="NAME",
+                        help="the analyst name recorded on a dashboard serving loopback only, without a login "
+                             "(env NIGHTJAR_ANALYST; default: the OS user)")
 
 
 def streamlit_argv(port: int, host: str = "127.0.0.1") -> list[str]:
@@ -45,6 +63,7 @@ def streamlit_argv(port: int, host: str = "127.0.0.1") -> list[str]:
         "--server.address", host,
         "--server.headless", "true",
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", TOOLBAR_MODE,
         # The page only reads the lake; file watching would just burn CPU on a busy machine.
         "--server.fileWatcherType", "none",
     ]
@@ -57,6 +76,9 @@ def start_dashboard(settings: Settings, port: int, host: str = "127.0.0.1",
     env[ENV_LAKE] = str(settings.lake.resolve())
     if settings.rules:  # the rule lab saves into the first; every page describes these rules
         env[ENV_RULES] = os.pathsep.join(str(p.resolve()) for p in settings.rules)
+    env[ENV_HUNT_MAX_BYTES] = str(settings.hunt_max_bytes)
+    env[ENV_DASHBOARD_USER_HEADER] = settings.dashboard_user_header
+    env[ENV_ANALYST] = settings.analyst
     # The app imports `dashboard` and `nightjar` from the repository root, wherever the caller's cwd is.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     out = open(log_file, "ab") if log_file else None  # noqa: SIM115 - handed to the child
@@ -113,6 +135,18 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             if not p.is_dir():
                 raise UserError(f"--rules {p} is not a directory", exit_code=2)
         settings = settings.with_(rules=tuple(args.rules))
+    if args.user_header is not None:
+        settings = settings.with_(dashboard_user_header=header_name(args.user_header, "--user-header"))
+    if args.analyst is not None:
+        settings = settings.with_(analyst=args.analyst.strip())
+    from dashboard.identity import is_loopback
+
+    if not is_loopback(args.host) and not settings.dashboard_user_header:
+        log.warning("the dashboard serves %s without a login proxy header (--user-header): analysts can triage only "
+                    "if Streamlit's OIDC login is configured (docs/dashboard.md)", args.host)
+    elif settings.dashboard_user_header and not is_loopback(args.host):
+        log.warning("%s is honoured from any client that reaches %s:%d directly: make sure only the login proxy can",
+                    settings.dashboard_user_header, args.host, args.port)
     if not settings.lake.exists():
         log.warning("lake %s does not exist yet: the page will say so until the pipeline writes it", settings.lake)
     from core.process_control import sigterm_as_interrupt

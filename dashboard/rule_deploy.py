@@ -46,6 +46,9 @@ BACKTEST_TIMEOUT_S = 900.0
 VALIDATE_TIMEOUT_S = 300.0
 ALERT_COLUMNS = ["first_seen", "last_seen", "severity", "rule_id", "entity_type", "entity_value", "analyst_verdict",
                  "event_count", "host_name", "user_name", "alert_id", "summary"]
+# A saved rule file's mode: the rule pack's own (alerts/rule_pack/*.yml), so whoever runs the pipeline can read it;
+# mkstemp's temporary file is 0600, which a pipeline running as another user could not load.
+RULE_FILE_MODE = 0o644
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\.ya?ml")
 Progress = Callable[[float, str], None]  # (seconds elapsed, last log line of the child)
 
@@ -361,9 +364,11 @@ def defined_elsewhere(text: str, rules_dir: Path, file_name: str) -> str:
 
 def write_atomically(target: Path, text: str) -> None:
     """Write ``text`` to ``target`` so a reader sees the old file or the whole new one, never a part: a hidden
-    temporary file in the same directory (the loader skips names starting with '.'), flushed, then renamed."""
+    temporary file in the same directory (the loader skips names starting with '.'), flushed, then renamed. The file
+    gets the rule pack's mode (:data:`RULE_FILE_MODE`) before the rename, so it is never readable by its owner only."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, RULE_FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

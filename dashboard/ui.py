@@ -1,4 +1,4 @@
-"""Helpers the dashboard's pages share: the lake, the analyst's name, query parameters, links between pages."""
+"""Helpers the dashboard's pages share: the lake, the analyst's identity, query parameters, links between pages."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from core.config import ENV_DASHBOARD_REFRESH_S, settings_from_env
+from dashboard.identity import SOURCE_OIDC, Identity
+from dashboard.identity import current as identity_of_session
 
 REFRESH_S = float(os.environ.get(ENV_DASHBOARD_REFRESH_S, "5"))
 # The time filters' choices (alert queue on last_seen, entity pages on @timestamp); None: no bound.
@@ -70,17 +72,35 @@ def set_qp(**values: object) -> None:
             st.query_params[name] = str(value)
 
 
+def identity() -> Identity:
+    """This session's analyst identity: a login proxy's header, Streamlit's login, or the local user on a loopback-only
+    dashboard (see :mod:`dashboard.identity`); never a name typed into the page."""
+    return identity_of_session()
+
+
 def analyst() -> str:
-    """The analyst's name for this session ('' until given in the sidebar)."""
-    return str(st.session_state.get("analyst", "") or "").strip()
+    """The analyst's name for this session ('' when there is no identity: triage is disabled)."""
+    return identity().name
 
 
-def analyst_box() -> None:
+def no_analyst_warning() -> None:
+    """Say why triage is disabled (call only when :func:`analyst` is '')."""
+    st.warning(f"Triage is disabled: {identity().problem}.")
+
+
+def identity_box() -> None:
+    """The sidebar's "who am I": the name and where it comes from, or why there is none (and a login button)."""
+    who = identity()
     with st.sidebar:
-        st.text_input("Your name (analyst)", key="analyst", placeholder="required to triage",
-                      help="Recorded with every triage action of this session.")
-        if not analyst():
-            st.caption("Enter your name to acknowledge, assign, close or comment on alerts.")
+        if who.name:
+            st.text(f"Analyst: {who.name}")  # plain text: a header's value is not markdown
+            st.caption(f"From the {who.source}; recorded with every triage action.")
+            if who.source == SOURCE_OIDC:
+                st.button("Log out", on_click=st.logout, key="identity_logout")
+        else:
+            st.caption(f"No analyst identity: {who.problem}.")
+            if who.needs_login:
+                st.button("Log in", on_click=st.login, type="primary", key="identity_login")
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:

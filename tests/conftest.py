@@ -63,6 +63,19 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="module")
+def rules_dir(tmp_path_factory) -> Path:
+    """A rules directory the dashboard's rule lab may save into: a copy of the pack (as an operator's own directory
+    would be), never the pack itself."""
+    import shutil
+
+    from alerts.rule_loader import BUILTIN_RULES
+
+    path = tmp_path_factory.mktemp("rules") / "rules"
+    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
+    return path
+
+
 @pytest.fixture
 def lake(tmp_path: Path) -> Path:
     path = tmp_path / "lake"

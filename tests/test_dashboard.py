@@ -3,11 +3,13 @@ Chromium. The analyst pages (alerts, detail, triage, hunt, entities, coverage) a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -213,6 +215,22 @@ def _chrome():
                  "--no-first-run", "--window-size=1400,1000"):
         opts.add_argument(flag)
     return webdriver.Chrome(service=Service(driver_path), options=opts)
+
+
+@contextlib.contextmanager
+def serve_dashboard(settings: Settings, log_file: Path) -> Iterator[str]:
+    """A real dashboard (``nightjar dashboard``'s launcher) on a free loopback port: yields its URL, stops it after."""
+    from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
+    from ingest.embedded_broker import free_port
+
+    port = free_port()
+    proc = start_dashboard(settings, port, log_file=log_file)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until_ready(url, timeout=90, proc=proc)
+        yield url
+    finally:
+        stop_dashboard(proc)
 
 
 def _wait_for_text(driver, predicate, timeout: float = 60.0) -> str:

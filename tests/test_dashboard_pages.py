@@ -32,7 +32,7 @@ from dashboard.alerts_data import (
     revisions,
 )
 from dashboard.rules_catalog import load_catalog
-from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells
+from tests.test_dashboard import _chrome, _wait_for_text, _wait_for_text_cells, serve_dashboard
 
 SCREENSHOTS_ENV = "NIGHTJAR_SCREENSHOTS"  # a directory: write the pages' screenshots there (docs/images to refresh)
 SCENARIOS = {"ssh_brute_force", "sudo_non_admin", "ioc_match", "new_country_login", "port_scan_vertical"}
@@ -146,31 +146,10 @@ def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
 # --- the pages in a browser ---------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def rules_dir(tmp_path_factory) -> Path:
-    """The rules directory the dashboard saves into (a copy of the pack, as an operator's own directory would be)."""
-    import shutil
-
-    from alerts.rule_loader import BUILTIN_RULES
-
-    path = tmp_path_factory.mktemp("rules") / "rules"
-    shutil.copytree(BUILTIN_RULES, path, ignore=shutil.ignore_patterns("__pycache__"))
-    return path
-
-
-@pytest.fixture(scope="module")
 def served(pipeline_lake: Path, rules_dir: Path, tmp_path_factory) -> Iterator[str]:
-    from dashboard.launcher import start_dashboard, stop_dashboard, wait_until_ready
-    from ingest.embedded_broker import free_port
-
-    port = free_port()
-    proc = start_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,)), port,
-                           log_file=tmp_path_factory.mktemp("dash") / "dashboard.log")
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_ready(url, timeout=90, proc=proc)
+    with serve_dashboard(Settings(lake=pipeline_lake, rules=(rules_dir,), analyst="alice"),
+                         tmp_path_factory.mktemp("dash") / "dashboard.log") as url:
         yield url
-    finally:
-        stop_dashboard(proc)
 
 
 @pytest.fixture(scope="module")
@@ -201,14 +180,6 @@ def _click_button(driver, label: str) -> None:
     buttons = [b for b in driver.find_elements("css selector", "button") if b.text.strip() == label]
     assert buttons, f"no button {label!r}"
     buttons[0].click()
-
-
-def _set_analyst(driver, name: str) -> None:
-    from selenium.webdriver.common.keys import Keys
-
-    box = driver.find_element("css selector", "input[aria-label='Your name (analyst)']")
-    box.clear()
-    box.send_keys(name, Keys.ENTER)
 
 
 def _choose(driver, label: str, option: str) -> None:
@@ -253,8 +224,7 @@ def test_alert_detail_shows_evidence_and_a_false_positive_closure_survives_a_rel
     assert "T1110.001" in text and "Status\nnew" in text
     _screenshot(driver, "alert-detail")
 
-    _set_analyst(driver, "alice")
-    _wait_for_text(driver, lambda t: "Enter your name in the sidebar" not in t)
+    _wait_for_text(driver, lambda t: "Analyst: alice" in t)  # the configured local identity (loopback, no proxy)
     _choose(driver, "Action", "close: false positive")
     reason = driver.find_element("css selector", "input[aria-label='Reason (required to close, reopen, comment)']")
     reason.send_keys("authorized red-team exercise")
@@ -503,8 +473,6 @@ def test_bulk_action_follows_the_selected_alert_ids_when_new_alerts_shift_the_ro
     _wait_for_text(driver, lambda t: _volume_line(t) == (volume[0] + 1, volume[1]))
     _wait_for_text(driver, lambda t: "Bulk action on 2 selected alert(s)" in t)
 
-    _set_analyst(driver, "bob")
-    _wait_for_text(driver, lambda t: "Enter your name in the sidebar first." not in t)
     _click_button(driver, "Apply")
     _wait_for_text(driver, lambda t: "Bulk action on 0 selected alert(s)" in t)
     acked = triage.statuses(pipeline_lake).query("status == 'acknowledged'")

@@ -112,6 +112,23 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.yml"]
 
 
+def test_a_saved_rule_file_has_the_rule_packs_mode(tmp_path: Path) -> None:
+    """0644 like alerts/rule_pack/*.yml (the temporary file it is renamed from is created 0600): a pipeline that runs
+    as another user reads it. A file that was owner-only before the overwrite gets the pack's mode too."""
+    import stat
+
+    from dashboard.rule_deploy import write_atomically
+
+    new = tmp_path / "new.yml"
+    write_atomically(new, LAB_RULE)
+    old = tmp_path / "old.yml"
+    old.write_text("old")
+    old.chmod(0o600)
+    write_atomically(old, LAB_RULE)
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in tmp_path.iterdir()} == {
+        "new.yml": "0o644", "old.yml": "0o644"}
+
+
 @pytest.mark.slow
 def test_save_validates_with_the_rule_loader_then_the_pipeline_loads_the_file(tmp_path: Path, spark) -> None:
     """A valid rule is written and the pipeline's RuleSet loads it; an invalid one (and a duplicate of a rule id

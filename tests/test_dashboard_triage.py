@@ -151,6 +151,55 @@ def test_hunt_rows_are_capped_and_paged(hunt_lake: Path) -> None:
     assert not full.truncated and len(full.rows) == 250
 
 
+def test_a_result_over_the_byte_cap_is_cut_and_reading_stops_there(hunt_lake: Path) -> None:
+    """Eight 3-MB values under a 10-MB cap: the three rows that fit are kept and the notice names the limit. The
+    query would fail at its 150,000th row: the fetch stopped long before reading it."""
+    sql = """SELECT i, CASE WHEN i = 150000 THEN error('read past the byte cap')
+                            WHEN i < 8 THEN repeat('x', 3000000) ELSE 'y' END AS s
+             FROM range(200000) t(i)"""
+    res = hunt.run_hunt(hunt_lake, sql, max_bytes=10_000_000)
+    assert res.cut == "bytes" and res.truncated
+    assert res.rows["i"].tolist() == [0, 1, 2] and (res.rows["s"].str.len() == 3_000_000).all()
+    assert res.notice.startswith("Cut at 9.54 MiB (the hunt result limit, NIGHTJAR_HUNT_MAX_BYTES): the first 3 row(s)")
+    assert "fewer or shorter columns" in res.notice
+    with pytest.raises(hunt.HuntRefused, match="read past the byte cap"):  # the same query, read to its end
+        hunt.run_hunt(hunt_lake, sql, max_rows=1_000_000, max_bytes=2**40)
+
+
+def test_a_single_value_over_the_byte_cap_gives_no_rows_and_the_notice(hunt_lake: Path) -> None:
+    res = hunt.run_hunt(hunt_lake, "SELECT repeat('x', 2000000) AS s", max_bytes=1_000_000)
+    assert res.cut == "bytes" and res.rows.empty and list(res.rows.columns) == ["s"]
+    assert "the first 0 row(s) fit" in res.notice
+
+
+def test_the_byte_cap_keeps_exactly_the_rows_that_fit(hunt_lake: Path) -> None:
+    """Wide rows, several batches: the rows kept are a prefix whose Arrow size is within the cap, one more is not."""
+    import pyarrow as pa
+
+    sql = "SELECT alert_id, repeat(alert_id, 500) AS pad, \"at\" FROM alert_triage ORDER BY \"at\""
+    whole = hunt.run_hunt(hunt_lake, sql)
+    assert not whole.truncated and len(whole.rows) == 250
+    table = pa.Table.from_pandas(whole.rows, preserve_index=False)
+    cap = 200_000
+    res = hunt.run_hunt(hunt_lake, sql, max_bytes=cap)
+    n = len(res.rows)
+    assert res.cut == "bytes" and 0 < n < 250
+    assert res.rows["alert_id"].tolist() == whole.rows["alert_id"].tolist()[:n]
+    assert table.slice(0, n + 1).nbytes > table.slice(0, n).nbytes  # sanity: rows have a size
+    rows_cut = hunt.run_hunt(hunt_lake, sql, max_rows=10, max_bytes=cap)
+    assert rows_cut.cut == "rows" and len(rows_cut.rows) == 10 and "Cut at 10 rows" in rows_cut.notice
+
+
+@pytest.mark.parametrize("bad", ["lots", "0", "-5", "64MB"])
+def test_a_bad_hunt_byte_cap_names_the_variable(bad: str) -> None:
+    from core.config import ENV_HUNT_MAX_BYTES, settings_from_env
+
+    with pytest.raises(UserError, match=f"{ENV_HUNT_MAX_BYTES} '{bad}' must be a whole number of bytes"):
+        settings_from_env({ENV_HUNT_MAX_BYTES: bad})
+    assert settings_from_env({ENV_HUNT_MAX_BYTES: "1_000_000"}).hunt_max_bytes == 1_000_000
+    assert settings_from_env({}).hunt_max_bytes == 64 * 2**20
+
+
 def test_a_long_query_is_interrupted(hunt_lake: Path) -> None:
     with pytest.raises(hunt.HuntTimeout, match="longer than 0.5 s"):
         hunt.run_hunt(hunt_lake, "SELECT count(*) FROM range(1000000000000) a", timeout_s=0.5)
@@ -168,3 +217,57 @@ def test_saved_hunts_ship_defaults_and_keep_new_ones(lake: Path) -> None:
     assert "mine" not in [h.name for h in hunt.saved_hunts(lake)]
     with pytest.raises(hunt.HuntRefused, match="COPY"):
         hunt.save_hunt(lake, hunt.SavedHunt("bad", "COPY x TO '/tmp/y'"))
+
+
+# --- the analyst's identity (dashboard/identity.py) ----------------------------------------------------------------
+
+def _nobody() -> str:
+    raise AssertionError("the OS user must not be asked")
+
+
+def test_identity_from_the_configured_proxy_header_only() -> None:
+    from dashboard.identity import resolve
+
+    headers = {"X-Forwarded-User": "  mallory.analyst ", "X-Remote-User": "eve"}
+    who = resolve(headers, header_name="X-Forwarded-User", loopback=True, local_name="local", os_user=_nobody)
+    assert (who.name, who.source) == ("mallory.analyst", "proxy header X-Forwarded-User")
+    # not configured: a header is never trusted, whatever the client sends
+    assert resolve(headers, loopback=False, os_user=_nobody).name == ""
+    assert resolve(headers, loopback=True, local_name="local").name == "local"
+    # configured but missing: no identity (no fallback to the local user), and the reason
+    none = resolve({"X-Remote-User": "eve"}, header_name="X-Forwarded-User", loopback=True, os_user=_nobody)
+    assert none.name == "" and "no X-Forwarded-User header" in none.problem
+
+
+def test_identity_from_the_oidc_login() -> None:
+    from dashboard.identity import resolve
+
+    user = {"is_logged_in": True, "email": "ana@example.org", "name": "Ana", "sub": "123"}
+    assert resolve({}, oidc=True, oidc_user=user, loopback=True, os_user=_nobody).name == "ana@example.org"
+    assert resolve({}, oidc=True, oidc_user={"is_logged_in": True, "sub": "123"}).name == "123"
+    out = resolve({}, oidc=True, oidc_user={"is_logged_in": False}, loopback=True, os_user=_nobody)
+    assert out.name == "" and out.needs_login
+    # the proxy header first; OIDC when the header is missing
+    assert resolve({"X-Forwarded-User": "bob"}, header_name="X-Forwarded-User", oidc=True, oidc_user=user).name == "bob"
+    assert resolve({}, header_name="X-Forwarded-User", oidc=True, oidc_user=user).name == "ana@example.org"
+
+
+def test_local_identity_on_loopback_only() -> None:
+    from dashboard.identity import NO_LOGIN_BEYOND_LOOPBACK, is_loopback, resolve
+
+    assert resolve({}, loopback=True, os_user=lambda: "osuser").label() == "osuser (local user, loopback only)"
+    assert resolve({}, loopback=True, local_name=" carol ", os_user=_nobody).name == "carol"
+    beyond = resolve({}, loopback=False, local_name="carol", os_user=_nobody)
+    assert beyond.name == "" and beyond.problem == NO_LOGIN_BEYOND_LOOPBACK
+    assert [is_loopback(a) for a in ("127.0.0.1", "127.0.1.1", "::1", "localhost", "0.0.0.0", "", "10.0.0.5",
+                                     "dashboard.example.org")] == [True, True, True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("bad", ["X Forwarded User", "X-User:", "-x"])
+def test_a_bad_user_header_setting_names_the_variable(bad: str) -> None:
+    from core.config import ENV_DASHBOARD_USER_HEADER, settings_from_env
+
+    with pytest.raises(UserError, match=f"{ENV_DASHBOARD_USER_HEADER} .* is not an HTTP header name"):
+        settings_from_env({ENV_DASHBOARD_USER_HEADER: bad})
+    assert settings_from_env({ENV_DASHBOARD_USER_HEADER: " X-Forwarded-User "}).dashboard_user_header == \
+        "X-Forwarded-User"

@@ -18,7 +18,17 @@ from dashboard.alerts_data import (
     revisions,
 )
 from dashboard.rules_catalog import rule_by_id
-from dashboard.ui import alert_url, analyst, entity_url, lake, lake_missing, qp_str, set_qp, show_table
+from dashboard.ui import (
+    alert_url,
+    analyst,
+    entity_url,
+    lake,
+    lake_missing,
+    no_analyst_warning,
+    qp_str,
+    set_qp,
+    show_table,
+)
 
 ACTION_LABELS = {"acknowledge": "ack", "assign": "assign", "close: true positive": "close_true_positive",
                  "close: false positive": "close_false_positive", "close: benign": "close_benign",
@@ -85,7 +95,7 @@ def _triage(alert_id: str) -> None:
     status = triage.status_of(lake(), alert_id)
     st.markdown(f"Status: **{status}**")
     if not analyst():
-        st.warning("Enter your name in the sidebar to act on this alert.")
+        no_analyst_warning()
     with st.form("triage", clear_on_submit=True):
         c1, c2 = st.columns(2)
         label = c1.selectbox("Action", list(ACTION_LABELS), key="t_action")

@@ -33,6 +33,7 @@ from dashboard.ui import (
     entity_url,
     lake,
     lake_missing,
+    no_analyst_warning,
     qp_list,
     qp_str,
     set_qp,
@@ -126,7 +127,7 @@ def _bulk_actions(queue: pd.DataFrame) -> None:
             reason = c3.text_input("Reason (required to close, reopen, comment)", key="bulk_reason")
             submitted = st.form_submit_button("Apply", disabled=not analyst())
         if not analyst():
-            st.warning("Enter your name in the sidebar first.")
+            no_analyst_warning()
         if submitted:
             try:
                 triage.record(lake(), [triage.Action(a, BULK_ACTIONS[label], analyst(), reason, assignee)

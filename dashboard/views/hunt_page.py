@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from core.config import settings_from_env
 from core.lake import list_tables, table_dataset
 from dashboard import hunt
 from dashboard.ui import analyst, csv_bytes, lake, lake_missing, qp_str, set_qp
@@ -26,8 +27,9 @@ def page() -> None:
         return
     saved = hunt.saved_hunts(lake())
     names = [h.name for h in saved]
+    max_bytes = settings_from_env().hunt_max_bytes
     st.caption("Read-only SQL (DuckDB) over the lake's tables: one SELECT; no files, no extensions, "
-               f"{hunt.DEFAULT_TIMEOUT_S:g} s and {hunt.DEFAULT_MAX_ROWS:,} rows at most.")
+               f"{hunt.DEFAULT_TIMEOUT_S:g} s, {hunt.DEFAULT_MAX_ROWS:,} rows and {hunt.size_text(max_bytes)} at most.")
     chosen_name = qp_str("hunt")
     c1, c2 = st.columns([3, 1])
     pick = c1.selectbox("Saved hunts", ["(none)", *names],
@@ -46,7 +48,7 @@ def page() -> None:
 
     if run:
         try:
-            st.session_state["hunt_result"] = hunt.run_hunt(lake(), sql)
+            st.session_state["hunt_result"] = hunt.run_hunt(lake(), sql, max_bytes=max_bytes)
             st.session_state["hunt_error"] = None
             st.session_state["hunt_page"] = 1
         except (hunt.HuntRefused, hunt.HuntTimeout) as exc:
@@ -58,8 +60,9 @@ def page() -> None:
     if result is not None:
         rows = len(result.rows)
         pages = hunt.page_count(rows, PAGE_SIZE)
-        st.markdown(f"**{rows:,} row(s)** in {result.seconds:.2f} s" +
-                    (f" (cut at {hunt.DEFAULT_MAX_ROWS:,}: narrow the query)" if result.truncated else ""))
+        st.markdown(f"**{rows:,} row(s)** in {result.seconds:.2f} s")
+        if result.truncated:
+            st.warning(result.notice)
         number = st.number_input(f"Page (of {pages})", min_value=1, max_value=pages, step=1, key="hunt_page")
         st.dataframe(hunt.page(result.rows, number, PAGE_SIZE), hide_index=True, width="stretch", key="hunt_rows")
         st.download_button("Download CSV", csv_bytes(result.rows), file_name="nightjar-hunt.csv", mime="text/csv",

@@ -36,16 +36,18 @@ def page() -> None:
         return
     if st.session_state.get("lab_loaded") != rid:
         st.session_state["lab_text"] = info.source_text
-        st.session_state["lab_file"] = info.source.name
+        # Empty, not the rule's own file name: a name typed into a pre-filled box was appended to it (and saved as
+        # sudo_non_admin.yml.hidden.yml). The placeholder names the file to type to replace it.
+        st.session_state["lab_file"] = ""
         st.session_state["lab_loaded"] = rid
         st.session_state.pop("lab_backtest", None)
     text = st.text_area("Rule file (Sigma YAML)", key="lab_text", height=360)
     if st.button("Check and try on the lake", type="primary", key="lab_check"):
         _check(text)
     st.divider()
-    _backtest(text)
+    _backtest(text, info.source.name)
     st.divider()
-    _save(text, target_dir)
+    _save(text, target_dir, info.source.name)
 
 
 def _check(text: str) -> None:
@@ -78,7 +80,7 @@ def _progress(slot, what: str):
     return show
 
 
-def _backtest(text: str) -> None:
+def _backtest(text: str, loaded_name: str) -> None:
     st.subheader("Backtest")
     period = rule_deploy.events_period(lake())
     if period is None:
@@ -96,9 +98,11 @@ def _backtest(text: str) -> None:
             return
         t0 = dt.datetime.combine(start, dt.time())
         t1 = dt.datetime.combine(end, dt.time()) + dt.timedelta(days=1)
+        typed = (st.session_state.get("lab_file") or "").strip()
+        file_name = loaded_name if rule_deploy.check_file_name(typed) else typed  # the save box may hold anything
         slot = st.empty()
         with st.spinner("Backtesting (a Spark driver starts first)…"):
-            res = rule_deploy.backtest_rule_text(lake(), text, st.session_state.get("lab_file") or "rule.yml",
+            res = rule_deploy.backtest_rule_text(lake(), text, file_name,
                                                  t0, t1, rule_paths(), progress=_progress(slot, "running"))
         slot.empty()
         st.session_state["lab_backtest"] = (res, t0, t1)
@@ -117,10 +121,10 @@ def _backtest(text: str) -> None:
     show_table(res.alerts, "lab_backtest_alerts", "No alert in the period.")
 
 
-def _save(text: str, target_dir) -> None:
+def _save(text: str, target_dir, loaded_name: str) -> None:
     st.subheader("Save into the rules directory")
     c1, c2 = st.columns([2, 1])
-    name = c1.text_input("File name", key="lab_file")
+    name = c1.text_input("File name", key="lab_file", placeholder=f"new_rule.yml, or {loaded_name} to replace it")
     overwrite = c2.checkbox("Overwrite the existing file", key="lab_overwrite",
                             help="Needed to replace a file already in the rules directory (a pack file included).")
     st.caption(f"Saved to `{target_dir}` after the rule loader accepts it (`nightjar rules list` over the directory "
