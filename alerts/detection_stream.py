@@ -47,12 +47,11 @@ from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
 from core.errors import short_batch_errors
 from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, session_conf
+from core.triggers import QUERY_WINDOWED, QUERY_WINDOWED_APPEND, Trigger
 
 log = logging.getLogger(__name__)
 
 BATCH_TS = "_batch_ts"  # the micro-batch's timestamp: the same when a batch is replayed (detected_at)
-QUERY_WINDOWED = "windowed"
-QUERY_WINDOWED_APPEND = "windowed-append"
 RULE_FAULT_LIMIT = 3  # consecutive failures of one rule's own evaluation before it is disabled
 HEALTH_RULE = RuleMeta(rule_id="nightjar.rule_health", name="Detection rule stopped working", severity="high",
                        tags=(), suppress_s=3600.0, count_merge="sum")
@@ -436,7 +435,7 @@ def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: P
     return read_delta_stream(spark, path, initial_offset_file=keep, schema=read)
 
 
-def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,
+def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger: Trigger,
                    output_mode: str = "update") -> StreamingQuery:
     """One streaming query for every windowed rule of ``output_mode`` (see the module doc)."""
     from alerts.window_aggregator import RULE, aggregate
@@ -517,7 +516,7 @@ def own_query_name(rule: Rule) -> str:
     return f"rule.{rule.rule_id}"
 
 
-def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, rule: Rule, trigger) -> StreamingQuery:
+def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, rule: Rule, trigger: Trigger) -> StreamingQuery:
     """A Python rule whose detect() is its own plan: a query of its own (checkpoint named by its digest)."""
     name = own_query_name(rule)
     folder = AlertFolder(settings, f"nightjar.{name}.{rule.digest}", {rule.rule_id: rule.meta})

@@ -34,10 +34,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from core.config import DEFAULT_AUTH_SESSIONS_WATERMARK, TABLE_ASSETS, TABLE_AUTH_SESSIONS, Settings
+from core.triggers import QUERY_AUTH_SESSIONS, Trigger
 
 log = logging.getLogger(__name__)
 
-QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # the query is named after the table it writes
 APP_ID = f"nightjar.{QUERY_AUTH_SESSIONS}"
 SCHEDULER_POOL = "enrichment"  # a pool of core/resources/fairscheduler.xml, served after "default"
 JOIN_RANGE = "2 minutes"  # a Zeek record belongs to a login when it started within this of the login
@@ -188,11 +188,11 @@ def auth_sessions_batch(events: DataFrame, servers: DataFrame | None = None) -> 
     return _join(_with_server(_logins(events), servers), _conns(events), _sshs(events))
 
 
-def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events: DataFrame) -> StreamingQuery:
+def start_auth_sessions(spark: SparkSession, settings: Settings, trigger: Trigger, events: DataFrame) -> StreamingQuery:
     """The ``auth_sessions`` query: ``events`` (the events table through the Delta streaming source, as the windowed
     detection query reads it) -> joins -> the ``auth_sessions`` Delta table, exactly once per micro-batch (Delta app
     transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped). ``trigger``: the pipeline's
-    (``nightjar.pipeline.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
+    (``core.triggers.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
     from core.errors import short_batch_errors
     from core.spark_session import PoolCheck, scheduler_pool
     from ingest.delta_sink import write_batch

@@ -89,9 +89,10 @@ def _rows(lake: Path, table: str) -> int:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from core.triggers import parse_interval
     from dashboard.launcher import start_dashboard, wait_until_ready
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
-    from nightjar.pipeline import check_lake_writable, parse_interval
+    from nightjar.pipeline import check_lake_writable
 
     if args.duration is not None and args.duration <= 0:
         raise UserError("--duration must be positive", exit_code=2)

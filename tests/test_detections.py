@@ -18,9 +18,10 @@ from confluent_kafka import Consumer, TopicPartition
 from alerts.rule_loader import BUILTIN_RULES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.lake import table_dataset
+from core.triggers import QUERY_DETECT, QUERY_INGEST, Trigger
 from generator.scenarios import ATTACKS
 from ingest.embedded_broker import EmbeddedBroker, free_port
-from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, run_pipeline
+from nightjar.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 START = "2026-03-09T09:00:00Z"

@@ -257,7 +257,7 @@ def test_the_scoring_query_alerts_once_to_kafka_and_delta_through_the_alert_path
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import TABLE_ALERTS
     from core.lake import table_dataset
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
     from tests.test_detections import alert_messages
 
     write_in_three_commits(events["eval"], settings.lake)
@@ -312,7 +312,7 @@ def test_the_ml_trigger_setting_one_duration_syntax_never_faster_than_the_pipeli
     from alerts.ml.ml_scoring import ml_interval
     from core.config import DEFAULT_ML_TRIGGER, Settings, settings_from_env
     from core.errors import UserError
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     assert settings_from_env(environ={}).ml_trigger == DEFAULT_ML_TRIGGER == "60 seconds"
     assert settings_from_env(environ={"NIGHTJAR_ML_TRIGGER": "30s"}).ml_trigger == "30 seconds"
@@ -367,7 +367,7 @@ def test_the_live_scoring_query_runs_on_its_own_trigger_in_the_ml_pool(spark, ev
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import Settings
     from core.spark_session import POOL_PROPERTY
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     settings = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "lake", shuffle_partitions=2,
                         ml_trigger="45 seconds")
@@ -394,7 +394,7 @@ def test_without_a_usable_model_the_scoring_query_still_runs_its_batches(spark, 
     query, which then restarted for ever)."""
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import Settings
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     settings = Settings(lake=tmp_path / "lake", shuffle_partitions=2)
     write_in_three_commits(events["eval"], settings.lake)

@@ -31,10 +31,10 @@ from alerts.alert_builder import RuleMeta
 from alerts.ml import behaviour_model, domain_model
 from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, Settings
 from core.spark_session import PoolCheck, scheduler_pool
+from core.triggers import QUERY_ML, Trigger
 
 log = logging.getLogger(__name__)
 
-QUERY_ML = "ml"
 APP_ID = f"nightjar.{QUERY_ML}"
 SCHEDULER_POOL = "ml"  # a pool of core/resources/fairscheduler.xml
 BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.SIGNATURE
@@ -170,13 +170,13 @@ def models_available(settings: Settings) -> bool:
     return any(versions(settings.lake, name) for name in MODEL_FEATURES)
 
 
-def ml_interval(settings: Settings, trigger) -> str | None:
+def ml_interval(settings: Settings, trigger: Trigger) -> str | None:
     """The scoring query's processing-time interval: ``settings.ml_trigger``, but never shorter than the pipeline's
     own trigger; ``None`` for an available-now run (the query drains like every other)."""
     return trigger.at_least(settings.ml_trigger)
 
 
-def start_ml_scoring(spark, settings: Settings, trigger, health=None):
+def start_ml_scoring(spark, settings: Settings, trigger: Trigger, health=None):
     """The ``ml`` streaming query: events -> entity-hour features (watermarked) -> scored -> alerts.
 
     Started with the driver thread's scheduler pool set to :data:`SCHEDULER_POOL`: the query's thread copies the

@@ -38,16 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from alerts.detection_stream import QUERY_WINDOWED
     from core.config import RAW_TOPICS
     from core.lake import table_dataset
+    from core.triggers import QUERIES, QUERY_INGEST, QUERY_WINDOWED, Trigger
     from generator.command import add_arguments as generator_arguments
     from generator.command import generate, options_from_args
     from generator.organization import build_organization
     from generator.reference_tables import write_lake
     from generator.sinks import KafkaSink
     from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, run_pipeline
+    from nightjar.pipeline import run_pipeline
 
     if args.duration <= 0 or args.max_offsets_per_trigger <= 0:
         raise UserError("--duration and --max-offsets-per-trigger must be positive", exit_code=2)
@@ -104,8 +104,9 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
     """Generate at ``--speedup`` in a thread while the pipeline runs; stop once the ingest query has read it all."""
     import threading
 
+    from core.triggers import QUERIES, QUERY_INGEST, Trigger, parse_interval
     from generator.command import generate
-    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, parse_interval, run_pipeline
+    from nightjar.pipeline import run_pipeline
 
     stop = threading.Event()
     produced: list[int] = []

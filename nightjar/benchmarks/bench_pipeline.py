@@ -69,11 +69,11 @@ from core.config import (
 )
 from core.errors import UserError
 from core.process_control import descendants, identify, reap, signal_group
+from core.triggers import QUERY_INGEST, QUERY_ML, QUERY_WINDOWED, parse_interval
 
 MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
 ML_ORDERS = ("without-first", "with-first")
 TARGET_ML_P50_RATIO = 1.2  # issue #15: scoring adds <= 20 % to the event->alert p50
-QUERY_ML = "ml"  # = alerts.ml.ml_scoring.QUERY_ML; that module (pandas, models) is imported only when a model is used
 DEFAULT_START = "2026-03-10T09:00:00Z"  # a past Tuesday, 09:00 UTC: a working hour, nothing in the future
 DEFAULT_RATES = "1000,2500,5000,7500,10000"
 TARGET_DRAINED_EPS = 15_000
@@ -82,7 +82,6 @@ TARGET_STEP_EPS = 5_000
 SINGLE_EVENT_FALLBACK = ("ioc_match", "sudo_non_admin")  # when pipeline_progress names no rule's query
 STATUS_EVERY_S = 15.0
 STOP_GRACE_S = 60.0  # `nightjar run` stops after its current micro-batch
-QUERY_INGEST, QUERY_WINDOWED = "ingest", "windowed"
 STAGES = ("kafka read", "parse", "lease attribution", "reference joins", "delta write (events)",
           "single-event rules", "correlations")
 
@@ -935,7 +934,6 @@ def _print_lag_table(out: Out, samples: list[dict[str, Any]], every_s: float = 1
 
 def _start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> subprocess.Popen:
     """``nightjar run --trigger`` and wait until both queries run and the ingest query has reported a micro-batch."""
-    from nightjar.pipeline import parse_interval
 
     parse_interval(bench.args.trigger)  # one line, exit 2, before anything starts
     proc = bench.children.start(name, bench.run_args(settings, "--trigger", bench.args.trigger))
@@ -1428,7 +1426,6 @@ def _validate(args: argparse.Namespace) -> None:
     if args.hosts is not None and args.hosts < 12:
         raise UserError("--hosts must be at least 12", exit_code=2)
     from generator.command import parse_start
-    from nightjar.pipeline import parse_interval
 
     if parse_start(args.start, False) > time.time():
         raise UserError(f"--start {args.start} is in the future: the drained run replays the past", exit_code=2)
