@@ -41,7 +41,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from alerts.alert_builder import AlertBuilder, RuleMeta
-from alerts.detection_input import detection_input, events_schema
+from alerts.detection_input import detection_input
+from alerts.events_schema_store import events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings

@@ -116,8 +116,8 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
         spark, own_broker, tmp_path, caplog):
     import logging
 
-    from alerts.detection_input import events_schema
     from alerts.detection_stream import events_stream
+    from alerts.events_schema_store import events_schema
     from core.triggers import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger
     from enrich.auth_sessions import start_auth_sessions
     from nightjar.pipeline import run_pipeline

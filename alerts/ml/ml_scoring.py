@@ -185,8 +185,9 @@ def start_ml_scoring(spark, settings: Settings, trigger: Trigger, health=None):
     """
     from pyspark.sql import functions as F
 
-    from alerts.detection_input import detection_input, events_schema
+    from alerts.detection_input import detection_input
     from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_stream
+    from alerts.events_schema_store import events_schema
     from alerts.ml.features import INPUT_COLUMNS, entity_features
     from core.config import DEFAULT_ML_WATERMARK
     from core.errors import short_batch_errors

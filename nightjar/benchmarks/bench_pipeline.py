@@ -677,7 +677,8 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
 
 def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     """Each stage's cost in batch, over the same records: cumulative plans, the cost is the difference."""
-    from alerts.detection_input import detection_input, events_schema
+    from alerts.detection_input import detection_input
+    from alerts.events_schema_store import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
     from core.config import TABLE_NETWORKS
