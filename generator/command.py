@@ -250,6 +250,24 @@ def generate(opts: Options, sink, *, rate: float | None = None, speedup: float |
     return sim, by_source, by_scenario, n, last_ts
 
 
+def generate_files(out, *, seed: int, hosts: int, users: int, start: float, duration: float,
+                   scenarios: dict[str, int], org_seed: int | None = None) -> tuple[list[dict], int]:
+    """Run the simulation (with any scenario, stealth ones included) into log files + ground truth under ``out``,
+    as ``nightjar generate --out`` does; returns (attack ground-truth rows, events written).
+
+    ``org_seed`` builds the organization from another seed than the activity: a fresh day (``seed``) of the same
+    organization a model was trained on."""
+    out = Path(out)
+    opts = Options(seed=seed, hosts=hosts, users=users, start=start, duration=duration, scenarios=scenarios)
+    sink = FileSink(out)
+    org = build_organization(seed if org_seed is None else org_seed, hosts, users)
+    sim, _by_source, _by_scenario, n, _last = generate(opts, sink, org=org)
+    sink.close()
+    attacks, negatives, _cut = sim.ground_truth()
+    write_files(out, sim.org, opts.start, attacks, negatives)
+    return attacks, n
+
+
 def summary(by_source: Counter, by_scenario: Counter, attacks: list, negatives: list, cut: list, n: int,
             seconds: float, start: float, last_ts: float) -> str:
     lines = [f"{n:,} events in {seconds:.1f}s ({n / max(seconds, 1e-9):,.0f} ev/s), simulated "

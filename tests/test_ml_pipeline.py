@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from alerts.ml.features import FEATURE_COLUMNS, entity_features, shannon_entropy
-from generator.stealth_scenarios import STEALTH_NAMES, generate_files
+from generator.command import generate_files
+from generator.stealth_scenarios import STEALTH_NAMES
 
 # Parsing the generated logs through the pipeline's transformations takes minutes on the shared two-core machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
