@@ -257,14 +257,14 @@ def past_verdicts(lake: Path, ids: list[str], start: dt.datetime, end: dt.dateti
     cols = ["rule_id", "past_alerts", "closed", "false_positive"]
     if not ids or not has_table(lake, TABLE_ALERTS):
         return pd.DataFrame({"rule_id": ids, "past_alerts": 0, "closed": 0, "false_positive": 0}, columns=cols)
-    from dashboard.alerts_data import _CURRENT_SQL
+    from dashboard.alerts_data import CURRENT_ALERTS_SQL
     from dashboard.triage import TRIAGE_SCHEMA
 
     found = query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE], f"""
         SELECT rule_id, count(*) AS past_alerts,
                count(*) FILTER (WHERE starts_with(status, 'closed')) AS closed,
                count(*) FILTER (WHERE status = 'closed: false positive') AS false_positive
-        FROM ({_CURRENT_SQL}) WHERE list_contains($ids, rule_id) AND first_seen >= $start AND first_seen < $end
+        FROM ({CURRENT_ALERTS_SQL}) WHERE list_contains($ids, rule_id) AND first_seen >= $start AND first_seen < $end
         GROUP BY rule_id""", {"ids": ids, "start": _naive(start), "end": _naive(end)},
         empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
     out = pd.DataFrame({"rule_id": ids}).merge(found, on="rule_id", how="left").fillna(0)
