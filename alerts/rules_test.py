@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.address_plan import network_rows
 from core.config import Settings
 from core.errors import UserError
 
@@ -54,9 +55,8 @@ def expand(samples) -> list[str]:
 
 
 def default_reference() -> dict[str, list[dict]]:
-    from generator.reference_tables import networks
-
-    return {"networks": networks().to_pylist()}
+    """The reference tables every sample set starts from: the address plan the samples are written against."""
+    return {"networks": network_rows()}
 
 
 def sample_sets(rules) -> dict[tuple[str, str], tuple[list[str], dt.datetime]]:

@@ -13,12 +13,12 @@ import heapq
 import math
 import random
 
+from core.address_plan import INTERNAL_NETWORKS
 from generator import formats as fmt
 from generator.organization import (
     DHCP_SERVER_IP,
     DHCP_SERVER_NAME,
     DNS_SERVER_IP,
-    INTERNAL_NETWORKS,
     WINDOWS_DOMAIN,
     Host,
     Organization,

@@ -12,15 +12,10 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.address_plan import EXTERNAL_NETWORKS
 from generator import formats as fmt
 from generator.benign import LEASE_TIME
-from generator.organization import (
-    EXTERNAL_NETWORKS,
-    HOSTILE_RANGES,
-    WINDOWS_DOMAIN,
-    external_ip,
-    random_ip_in,
-)
+from generator.organization import HOSTILE_RANGES, WINDOWS_DOMAIN, external_ip, random_ip_in
 
 
 @dataclass
