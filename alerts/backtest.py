@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from alerts.alert_builder import AlertBuilder
 from alerts.rule_loader import Rule
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
+from core.durations import parse_time
 from core.errors import UserError
 
 
@@ -66,17 +67,6 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
     return sorted(revisions, key=lambda a: (a["first_seen"], a["rule_id"], a["entity"]["value"]))
 
 
-def _time(text: str | None, flag: str) -> dt.datetime | None:
-    if text is None:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UserError(f"{flag} must be an ISO 8601 time like 2026-03-09T10:00:00Z, not {text!r}",
-                        exit_code=2) from exc
-    return t.astimezone(dt.UTC).replace(tzinfo=None) if t.tzinfo else t
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="rule file or directory (repeatable; default: the built-in rule pack)")
@@ -91,7 +81,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from core.spark_session import build_spark
 
-    start, end = _time(args.start, "--from"), _time(args.end, "--to")
+    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
     if start and end and start >= end:
         raise UserError("--from must be before --to", exit_code=2)
     paths = args.rules or [BUILTIN_RULES]

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.config import Settings
+from core.durations import parse_time
 from core.errors import UserError
 from generator.engine import SCENARIOS as ALL_SCENARIOS
 from generator.engine import Options, Simulation, iso
@@ -72,13 +73,7 @@ def parse_start(text: str | None, to_files: bool) -> float:
     if text is None:  # to Kafka, run() replaces it: paced_start or start_ending_now
         now = time.time()
         return float(int(now // 86400 * 86400)) if to_files else float(int(now))
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise UserError(f"--start {text!r} is not an ISO 8601 time (e.g. 2026-01-05T08:00:00Z)", exit_code=2) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value.timestamp()
+    return parse_time(text, "--start").replace(tzinfo=dt.UTC).timestamp()
 
 
 def start_ending_now(opts: Options, org, now: float, passes: int = 3) -> float:

@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; scripts and people want one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -67,8 +67,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """Build the parser; only the chosen subcommand's module is imported (``nightjar --help`` stays instant
     and one command never pays for another's imports: Spark, Streamlit, …)."""
     common = _common_options()
-    parser = _OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    parser = OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in COMMANDS.items():

@@ -28,15 +28,10 @@ from alerts.ml import behaviour_model, domain_model
 from alerts.ml.features import SLIDE_SECONDS
 from alerts.ml.model_store import ModelRefused, feature_digest, load, read_metadata, save, versions
 from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, ML_MODELS, Settings
+from core.durations import parse_time
 from core.errors import UserError
 
 HOLDOUT = 0.25  # the last quarter of the training window calibrates the thresholds
-
-
-def _time(text: str | None, flag: str) -> dt.datetime | None:
-    from alerts.backtest import _time as parse_time
-
-    return parse_time(text, flag)
 
 
 def _progress(msg: str) -> None:
@@ -309,7 +304,7 @@ def _list(settings: Settings, as_json: bool) -> int:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.ml_command == "list":
         return _list(settings, args.json)
-    start, end = _time(args.start, "--from"), _time(args.end, "--to")
+    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
     if start and end and start >= end:
         raise UserError("--from must be before --to", exit_code=2)
     if args.generated is not None and not args.generated.is_dir():

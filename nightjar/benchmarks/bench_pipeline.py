@@ -168,7 +168,8 @@ class LoadSampler:
                 "max_1m": round(max(one), 2), "samples": len(rows), "cpus": os.cpu_count()}
 
 
-def _load_text(load: dict[str, Any]) -> str:
+def load_text(load: dict[str, Any]) -> str:
+    """The machine's load while a benchmark ran, as one line of its report."""
     return (f"load average (1 min) mean {load['mean_1m']:.2f}, max {load['max_1m']:.2f} on {load['cpus']} cpus "
             f"(start {'/'.join(f'{x:.2f}' for x in load['start'])}, end {'/'.join(f'{x:.2f}' for x in load['end'])})")
 
@@ -405,7 +406,8 @@ def raw_consume(settings: Settings, topics: tuple[str, ...], expected: int) -> d
 
 
 # -- lake reads (no Spark) ------------------------------------------------------------------------------------------
-def _rows(lake: Path, table: str, columns: list[str] | None = None) -> list[dict]:
+def table_rows(lake: Path, table: str, columns: list[str] | None = None) -> list[dict]:
+    """A lake table's rows (those of ``columns`` it has), read without Spark; none while the table does not exist."""
     from core.lake import is_delta_table, table_dataset
 
     if not is_delta_table(lake / table):
@@ -423,7 +425,7 @@ def _count(lake: Path, table: str) -> int:
 
 
 def _progress(lake: Path) -> list[dict]:
-    return _rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
+    return table_rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
                                                  "batch_duration_ms", "state_rows", "rule_id"])
 
 
@@ -437,7 +439,7 @@ def _batch_end(p: dict) -> dt.datetime:
     return p["timestamp"] + dt.timedelta(milliseconds=p["batch_duration_ms"] or 0)
 
 
-def _log_problems(path: Path, limit: int = 12) -> list[str]:
+def log_problems(path: Path, limit: int = 12) -> list[str]:
     """ERROR/WARNING lines and Python tracebacks' last lines of a child's log (the evidence for the report)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -582,7 +584,7 @@ def drained(bench: Bench) -> dict[str, Any]:
     startup_s = (first_start.timestamp() - wall0) if first_start else None
 
     counts = {t: _count(lake, t) for t in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_ALERTS)}
-    alert_rows = _rows(lake, TABLE_ALERTS, ["alert_id", "rule_id", "revision"])
+    alert_rows = table_rows(lake, TABLE_ALERTS, ["alert_id", "rule_id", "revision"])
     by_rule: dict[str, int] = defaultdict(int)
     for a in alert_rows:
         if a["revision"] == 1:
@@ -612,7 +614,7 @@ def drained(bench: Bench) -> dict[str, Any]:
         "alerts": {"raised": sum(by_rule.values()), "revisions": len(alert_rows), "published_kafka": published,
                    "by_rule": dict(sorted(by_rule.items()))},
         "target_events_per_s": TARGET_DRAINED_EPS,
-        "log_problems": _log_problems(bench.children.log("drained-run")),
+        "log_problems": log_problems(bench.children.log("drained-run")),
     }
     result["target_met"] = failure is None and eps_e2e >= TARGET_DRAINED_EPS
     result["target_met_since_first_batch"] = failure is None and (eps_first or 0) >= TARGET_DRAINED_EPS
@@ -630,7 +632,7 @@ def drained(bench: Bench) -> dict[str, Any]:
             result["stages"] = {"error": summarize_query_error(str(exc))[:500]}
             out.say(f"  per-stage cost table FAILED: {result['stages']['error']}")
         result["load_average_stages"] = bench.load.summary(t_st)
-        out.say(f"  {_load_text(result['load_average_stages'])}")
+        out.say(f"  {load_text(result['load_average_stages'])}")
     result["load_average"] = bench.load.summary(t_mode)
     return result
 
@@ -670,7 +672,7 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
             f"{TOPIC_ALERTS}): {rules}")
     out.say(f"  target >= {TARGET_DRAINED_EPS:,} events/s end to end: {_mark(r['target_met'])}"
             f" (from the first micro-batch: {_mark(r['target_met_since_first_batch'])})")
-    out.say(f"  {_load_text(r['load_average_pipeline'])}")
+    out.say(f"  {load_text(r['load_average_pipeline'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
@@ -933,7 +935,7 @@ def _print_lag_table(out: Out, samples: list[dict[str, Any]], every_s: float = 1
     return shown
 
 
-def _start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> subprocess.Popen:
+def start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> subprocess.Popen:
     """``nightjar run --trigger`` and wait until both queries run and the ingest query has reported a micro-batch."""
 
     parse_interval(bench.args.trigger)  # one line, exit 2, before anything starts
@@ -963,7 +965,7 @@ def _start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> 
     return proc
 
 
-def _write_reference(lake: Path, seed: int, hosts: int, start: float) -> None:
+def write_reference(lake: Path, seed: int, hosts: int, start: float) -> None:
     """The generator's reference tables (same seed and sizes: same organization), before the pipeline starts, so
     the ingest query reads the DHCP zones at its start, as in a real deployment."""
     from generator.organization import build_organization
@@ -1008,11 +1010,11 @@ def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dic
     models = copy_models(model_from, lake) if model_from else []
     if models:
         Out.status(f"{tag}: models from {model_from}: {', '.join(models)}")
-    _write_reference(lake, args.seed, hosts, time.time())
+    write_reference(lake, args.seed, hosts, time.time())
     alerts = AlertConsumer(settings).start()
     Out.status(f"{tag}: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
     run_name, gen_name = f"{tag}-run", f"{tag}-generate"
-    pipe = _start_pipeline(bench, settings, lake, run_name)
+    pipe = start_pipeline(bench, settings, lake, run_name)
     sampler = Sampler(settings, lake, pipe.pid, ml=bool(models))
     try:
         Out.status(f"{tag}: generating at speedup 1, {hosts} hosts, {args.duration:.0f}s")
@@ -1069,7 +1071,7 @@ def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dic
                           "jvm_mib", "workers_mib")},
         "targets": {"p50_s": TARGET_P50_S, "p99_s": TARGET_P99_S, "single_event_p50_s": TARGET_SINGLE_P50_S},
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log(run_name)),
+        "log_problems": log_problems(bench.children.log(run_name)),
         "load_average": bench.load.summary(t_mode),
         "models": models,
         "ml_query": _ml_query(progress) if models else None,
@@ -1149,7 +1151,7 @@ def _producer_offset(lake: Path) -> dict[str, Any] | None:
     """How far the generator's emission trails the events' own time: Kafka record time (``event.created``) -
     ``@timestamp`` over Zeek events (sub-second times). Part of every latency above; the generator's start-up
     (building the organization) delays emission behind the simulated clock."""
-    rows = _rows(lake, TABLE_EVENTS, ["@timestamp", "event"])
+    rows = table_rows(lake, TABLE_EVENTS, ["@timestamp", "event"])
     diffs = []
     for r in rows:
         ev = r.get("event") or {}
@@ -1208,7 +1210,7 @@ def _print_live(out: Out, r: dict[str, Any], samples: list[dict[str, Any]]) -> N
     out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
     if r["alert_consumer_error"]:
         out.say(f"  alert consumer error: {r['alert_consumer_error']}")
-    out.say(f"  {_load_text(r['load_average'])}")
+    out.say(f"  {load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
@@ -1308,9 +1310,9 @@ def step_up(bench: Bench) -> dict[str, Any]:
     # stamped in the future (detection leaves those out); each step continues where the previous one ended.
     today = dt.datetime.now(dt.UTC).replace(hour=9, minute=0, second=0, microsecond=0)
     sim_start = today - dt.timedelta(days=1)
-    _write_reference(lake, args.seed, hosts, sim_start.timestamp())
+    write_reference(lake, args.seed, hosts, sim_start.timestamp())
     Out.status(f"step-up: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
-    pipe = _start_pipeline(bench, settings, lake, "step-run")
+    pipe = start_pipeline(bench, settings, lake, "step-run")
     sampler = Sampler(settings, lake, pipe.pid)
     steps: list[dict[str, Any]] = []
     try:
@@ -1365,7 +1367,7 @@ def step_up(bench: Bench) -> dict[str, Any]:
         "target_met": best_achieved is not None and best_achieved >= TARGET_STEP_EPS * 0.95,
         "samples": [{k: v for k, v in s.items() if k != "at"} for s in sampler.samples],
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log("step-run")),
+        "log_problems": log_problems(bench.children.log("step-run")),
         "load_average": bench.load.summary(t_mode),
     }
     _print_step_up(out, result)
@@ -1414,7 +1416,7 @@ def _print_step_up(out: Out, r: dict[str, Any]) -> None:
             + (f" (achieved {r['highest_bounded_achieved_events_per_s']:,.0f})" if best is not None else ""))
     out.say(f"  target >= {TARGET_STEP_EPS:,} events/s: {_mark(r['target_met'])}")
     out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
-    out.say(f"  {_load_text(r['load_average'])}")
+    out.say(f"  {load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
@@ -1473,7 +1475,7 @@ def run_bench(args: argparse.Namespace, settings: Settings, name: str, body, ben
             shutil.rmtree(bench.workdir, ignore_errors=True)
     report["load_average"] = bench.load.summary()
     report["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
-    bench.out.say(f"overall {_load_text(report['load_average'])}")
+    bench.out.say(f"overall {load_text(report['load_average'])}")
     if args.json == "-":
         print(json.dumps(report, default=str), flush=True)
     elif args.json:
