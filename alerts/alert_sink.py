@@ -39,7 +39,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from alerts.alert_schema import ALERT_SCHEMA, SEVERITIES
@@ -420,13 +420,3 @@ def publish_alerts(alerts: DataFrame | pa.Table | Iterable[Mapping[str, Any]], s
     log.info("alerts: batch %d published %d alerts (%d new, %d updates) to %s and the %s table (%.2fs)", batch_id,
              len(rows), len(rows) - updates, updates, topic, TABLE_ALERTS, time.monotonic() - started)
     return len(rows)
-
-
-def foreach_batch_publisher(settings: Settings, app_id: str,
-                            topic: str = TOPIC_ALERTS) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function publishing each micro-batch with :func:`publish_alerts`."""
-
-    def publish(df: DataFrame, batch_id: int) -> None:
-        publish_alerts(df, settings, batch_id, app_id, topic)
-
-    return publish

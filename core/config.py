@@ -152,7 +152,6 @@ class KafkaTuning:
 
     # Tansu waits the full fetch.wait.max.ms at a partition's end: keep it short.
     fetch_wait_max_ms: int = 25
-    request_timeout_ms: int = 10_000
     # How long an offset lookup may take before the broker is declared unreachable.
     metadata_timeout_s: float = 10.0
     topic_partitions: int = 4

@@ -47,10 +47,6 @@ SERVICE_PORTS: dict[str, tuple[int, ...]] = {"ssh": (SSH_PORT,), "smb": (445,), 
 # Windows logon types (winlog.logon.type, Elastic's names) that arrive over the network, and their service.
 WINDOWS_NETWORK_LOGONS = {"Network": "smb", "RemoteInteractive": "rdp"}
 
-# The auth_sessions table, one row per login (``service`` last: it came later, and Delta appends new columns) (flat columns, like dhcp_sessions: a derived table, not events).
-COLUMNS = ("login_time", "event_id", "host_name", "user_name", "auth_method", "client_ip", "client_port",
-           "server_ip", "server_port", "matched", "flow_start", "zeek_uid", "duration_s", "bytes_out", "bytes_in",
-           "zeek_auth_success", "client_software", "server_software", "community_id", "service")
 
 
 def _logins(events: DataFrame) -> DataFrame:
@@ -152,6 +148,9 @@ def _plain_time(column: str) -> Column:
 
 
 def _join(logins: DataFrame, conns: DataFrame, sshs: DataFrame) -> DataFrame:
+    """Logins joined with their conn and ssh records: the ``auth_sessions`` table's rows, one per login, in flat
+    columns like ``dhcp_sessions`` (a derived table, not events); ``service`` last: it came later, and Delta
+    appends new columns."""
     with_conn = logins.join(conns, _same_connection("c"), "left_outer")
     with_conn = with_conn.select(*[_plain_time(c) if c == "c_time" else F.col(c) for c in with_conn.columns])
     joined = with_conn.join(sshs, _same_connection("s"), "left_outer")

@@ -104,9 +104,6 @@ class Organization:
         self.host_by_name = {h.name: h for h in self.hosts}
         self.user_by_name = {u.name: u for u in self.users}
 
-    def by_role(self, role: str) -> list[Host]:
-        return [h for h in self.hosts if h.role == role]
-
     @property
     def servers(self) -> list[Host]:
         return [h for h in self.hosts if h.static_ip and h.zone in ("servers", "dmz")]

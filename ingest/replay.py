@@ -170,14 +170,6 @@ def shifted(line: bytes, stamp: Stamp, offset: dt.timedelta) -> bytes:
 
 # --- reading ---------------------------------------------------------------------------------------------
 
-@dataclass
-class Line:
-    path: Path
-    number: int
-    raw: bytes
-    problem: str | None = None  # why the line is sent unchanged
-
-
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):

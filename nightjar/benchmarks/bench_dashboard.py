@@ -72,10 +72,6 @@ def _reference_row(line: str) -> dict:
     return row
 
 
-def _zeek_time(line: bytes) -> float:
-    return float(json.loads(line)["ts"])
-
-
 def add_bulk_events(lake: Path, total: int, seed: int = 8, parsed: int = 100_000, chunk: int = 100_000,
                     hosts: int = 500, users: int = 300, rows_per_file: int = 50_000,
                     settings: Settings | None = None, log: Callable[[str], None] = print) -> dict:

@@ -190,7 +190,7 @@ class Children:
         self.procs: dict[str, subprocess.Popen] = {}
         self.seen: dict[int, int] = {}  # pid -> start time of every descendant seen
 
-    def start(self, name: str, args: list[str], stdout_file: bool = True) -> subprocess.Popen:
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -685,7 +685,6 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     from alerts.window_aggregator import run_windowed
     from core.config import TABLE_NETWORKS
     from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
-    from enrich import dhcp_sessions
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
@@ -724,13 +723,6 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         windowed = [r for r in rules if r.stateful and r.windowed is not None]
         own = [r for r in rules if r.stateful and r.windowed is None]
 
-        # The ingest batch's shape: parse after the operator (parsed_from + attributed_events), or the older one
-        # (events_from decodes the operator's JSON rows).
-        reparse = getattr(dhcp_sessions, "parsed_from", None)
-        attributed = getattr(dhcp_sessions, "attributed_events", None)
-        if attributed is None:
-            reparse = None
-
         def parsed():
             return parse_records(bronze, max_record_bytes=settings.max_record_bytes)
 
@@ -766,21 +758,11 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
             step("parse+attribution", lambda: noop(unified()))
             cached_unified = unified().persist()
             cached_unified.count()
-            if reparse is not None:
-                # Since the ingest change that parses after the operator: before it, only the columns the operator reads
-                # are computed (column pruning); the full parse runs on its output, and is cached before the events are
-                # built (without that boundary the planner inlines the parse into every field access: out of heap).
-                step("parse", lambda: noop(reparse(cached_unified, settings.max_record_bytes)))
-                parsed_rows = reparse(cached_unified, settings.max_record_bytes).persist()
-                parsed_rows.count()
-                step("attributed events", lambda: noop(attributed(parsed_rows)))
-                step("attributed events+joins", lambda: noop(enrich_static(attributed(parsed_rows), ref)))
-                events = enrich_static(attributed(parsed_rows), ref).persist()
-            else:
-                step("parse", lambda: noop(parsed()))
-                step("attributed events", lambda: noop(events_from(cached_unified)))
-                step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
-                events = enrich_static(events_from(cached_unified), ref).persist()
+            # The ingest batch's shape: the operator's attributed rows, decoded into events (events_from).
+            step("parse", lambda: noop(parsed()))
+            step("attributed events", lambda: noop(events_from(cached_unified)))
+            step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
+            events = enrich_static(events_from(cached_unified), ref).persist()
             events.count()
 
             def single_rules() -> int:
@@ -803,15 +785,12 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         step("correlations", correlations)
         events.unpersist()
         cached_unified.unpersist()
-        if reparse is not None:
-            parsed_rows.unpersist()
         costs = {
             "kafka read": kafka_s,
             "parse": cum["parse"],
-            # the applyInPandasWithState-shaped operator (and, before it, what the operator reads of the parse; with
-            # the old shape, minus the parse), plus building the attributed ECS events from its output
-            "lease attribution": cum["parse+attribution"] - (0.0 if reparse is not None else cum["parse"])
-            + cum["attributed events"],
+            # the applyInPandasWithState-shaped operator (parse + attribution minus the parse), plus building the
+            # attributed ECS events from its output
+            "lease attribution": cum["parse+attribution"] - cum["parse"] + cum["attributed events"],
             "reference joins": cum["attributed events+joins"] - cum["attributed events"],
             "delta write (events)": cum["write"],
             "single-event rules": cum["single"],
@@ -825,7 +804,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
                  "share": None if v is None else (round(v / total, 4) if total else 0.0),
                  "events_per_s": round(n / v, 1) if v else None} for k, v in costs.items()]
         out.say(f"== per-stage cost, batch, {n:,} records (bronze cached in {cache_s:.1f}s; each step timed with the "
-                f"ingest batch's cache boundaries: attributed records, parsed records, enriched events; attribution "
+                f"ingest batch's cache boundaries: attributed records, enriched events; attribution "
                 f"and joins as differences of plans; the ingest query's Spark settings, correlations the windowed "
                 f"query's) ==")
         out.say(f"  {'stage':<22} {'seconds':>8} {'share':>7} {'events/s':>11}")
