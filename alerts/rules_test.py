@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# rules`'s arguments, and --help or a bad argument must not wait for pyspark and pandas (nightjar/cli.py).
 from core.address_plan import network_rows
 from core.config import Settings
 from core.errors import UserError

@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.durations import parse_duration, spark_interval
+from core.errors import UserError
+
 # Topic names are a contract with producers and the SOC (see ARCHITECTURE.md): keep them here only.
 TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
 TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
@@ -249,9 +252,6 @@ _TRIGGER_WHAT = {ENV_ML_TRIGGER: "the ML scoring trigger", ENV_AUTH_SESSIONS_TRI
 def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
     """A query's live trigger (``30s``, ``1m``, ``2 minutes``, …) as Spark's interval text; a UserError naming
     ``env_name`` otherwise."""
-    from core.durations import parse_duration, spark_interval
-    from core.errors import UserError
-
     try:
         seconds = parse_duration(text, f"{env_name} ({_TRIGGER_WHAT.get(env_name, 'a trigger')})")
     except ValueError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from core.config import TABLE_ALERTS, TABLE_PIPELINE_PROGRESS
+from core.lake import table_dataset
 from dashboard.alerts_data import CURRENT_ALERTS_SQL
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
 from dashboard.rules_catalog import RuleInfo, load_catalog
@@ -67,7 +68,6 @@ def query_health(lake: Path) -> pd.DataFrame:
     """The newest health row of each rule's query (``pipeline_progress`` rows whose query_name is ``rule:…``)."""
     if not has_table(lake, TABLE_PIPELINE_PROGRESS):
         return pd.DataFrame(columns=HEALTH_COLUMNS)
-    from core.lake import table_dataset
 
     names = set(table_dataset(lake, TABLE_PIPELINE_PROGRESS).schema.names)
     if not {"rule_id", "status"} <= names:  # a pipeline that records no rule health yet

@@ -34,7 +34,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from core.config import DEFAULT_AUTH_SESSIONS_WATERMARK, TABLE_ASSETS, TABLE_AUTH_SESSIONS, Settings
+from core.errors import short_batch_errors
+from core.lake import is_delta_table
+from core.spark_session import PoolCheck, scheduler_pool
 from core.triggers import QUERY_AUTH_SESSIONS, Trigger
+from ingest.delta_sink import write_batch
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +112,6 @@ def _sshs(events: DataFrame) -> DataFrame:
 
 def servers_frame(spark: SparkSession, settings: Settings) -> DataFrame | None:
     """``assets`` host -> address (lower-cased name), or None when the lake has no assets table yet."""
-    from core.lake import is_delta_table
-
     path = settings.table_path(TABLE_ASSETS)
     if not is_delta_table(path):
         return None
@@ -192,10 +194,6 @@ def start_auth_sessions(spark: SparkSession, settings: Settings, trigger: Trigge
     detection query reads it) -> joins -> the ``auth_sessions`` Delta table, exactly once per micro-batch (Delta app
     transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped). ``trigger``: the pipeline's
     (``core.triggers.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
-    from core.errors import short_batch_errors
-    from core.spark_session import PoolCheck, scheduler_pool
-    from ingest.delta_sink import write_batch
-
     path = settings.table_path(TABLE_AUTH_SESSIONS)
     pool_check = PoolCheck(spark, QUERY_AUTH_SESSIONS, SCHEDULER_POOL)
 

@@ -18,7 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from core.config import settings_from_env
+from core.clean_exit import run_as_program
+from core.config import OWNER_ONLY_UMASK, settings_from_env
 from core.errors import UserError
 
 # name -> (module, one-line help). Modules are imported lazily so that `nightjar --help` is instant
@@ -96,9 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     reading several Delta tables otherwise aborts the interpreter at exit (status 134; see core/clean_exit.py).
     """
     if argv is None:
-        from core.clean_exit import run_as_program
-        from core.config import OWNER_ONLY_UMASK
-
         os.umask(OWNER_ONLY_UMASK)  # the lake, checkpoints and logs this program (and its JVM) creates: owner-only
         run_as_program(lambda: _main(sys.argv[1:]))
     return _main(argv)

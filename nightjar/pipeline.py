@@ -45,6 +45,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar run`'s
+# arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
+# pySigma) (nightjar/cli.py).
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
@@ -62,6 +65,7 @@ from core.errors import DataLossError, UserError, short_batch_errors, summarize_
 from core.fault_points import fault_point
 from core.spark_session import (
     INGEST_QUERY_CONF,
+    build_spark,
     in_this_query,
     materialized,
     materialized_rows,
@@ -79,6 +83,8 @@ from core.triggers import (
     Trigger,
     parse_interval,
 )
+from ingest.embedded_broker import check_reachable, ensure_topics
+from ingest.normalize import parse_records
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +173,6 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     )
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
-    from ingest.normalize import parse_records
 
     paths = {name: settings.table_path(name)
              for name in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_DHCP_SESSIONS)}
@@ -551,8 +556,6 @@ class Supervisor:
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
                  stop_event: threading.Event | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
     """Start the queries and supervise them until they finish (available-now), the run fails, or ``stop_event``."""
-    from core.spark_session import build_spark
-    from ingest.embedded_broker import check_reachable, ensure_topics
     from nightjar.progress_recorder import ProgressRecorder
 
     check_lake_writable(settings.lake)

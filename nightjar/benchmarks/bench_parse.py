@@ -30,8 +30,12 @@ import time
 import uuid
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# parse`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
+from ingest.sample_producer import sample_lines
 
 BAD_LINES = (b"not syslog at all", b'{"_path":"conn","ts":15219', b"\xff\xfe\x00 binary", b"")
 
@@ -58,8 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def workload(n: int, bad_percent: float, seed: int = 7) -> list[tuple[str, bytes]]:
     """``n`` (kind, raw) records, kind ``syslog`` or ``zeek``."""
-    from ingest.sample_producer import sample_lines
-
     rng = random.Random(seed)
     lines = sample_lines(random.Random(seed), dt.datetime.now(dt.UTC))
     out = []
@@ -230,7 +232,6 @@ def bench_stream(spark, settings: Settings, records: list[tuple[str, bytes]], la
                  max_per_trigger: int) -> tuple[float, float, int, int, int]:
     from core.lake import row_count
     from ingest.delta_sink import write_batch
-    from ingest.embedded_broker import ensure_topics
     from ingest.kafka_source import read_kafka
     from ingest.normalize import deduplicate, parse_records, to_events, to_quarantine
     from nightjar.pipeline import to_bronze
@@ -323,8 +324,6 @@ def batch_figures(args: argparse.Namespace, settings: Settings, spark, records: 
 
 def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: list[tuple[str, bytes]],
                 show) -> dict[str, object]:
-    from ingest.embedded_broker import EmbeddedBroker
-
     broker = None
     if settings.bootstrap is None:
         broker = EmbeddedBroker().start()

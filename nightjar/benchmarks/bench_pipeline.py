@@ -56,12 +56,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# pipeline`'s arguments, and --help or a bad argument must not wait for pyspark, pandas and scikit-learn
+# (nightjar/cli.py).
 from core.config import (
     ALL_TOPICS,
     RAW_TOPICS,
     TABLE_ALERTS,
     TABLE_BRONZE,
     TABLE_EVENTS,
+    TABLE_NETWORKS,
     TABLE_PIPELINE_PROGRESS,
     TABLE_QUARANTINE,
     TOPIC_ALERTS,
@@ -70,6 +74,7 @@ from core.config import (
 from core.errors import UserError
 from core.process_control import descendants, identify, reap, signal_group
 from core.triggers import QUERY_INGEST, QUERY_ML, QUERY_WINDOWED, parse_interval
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
 
 MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
 ML_ORDERS = ("without-first", "with-first")
@@ -487,8 +492,6 @@ class Bench:
         self.load = LoadSampler().start()
 
     def fresh(self, mode: str) -> tuple[Settings, Path]:
-        from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-
         broker = EmbeddedBroker(log_file=self.workdir / f"broker-{mode}.log").start()
         self.brokers.append(broker)
         lake = self.workdir / mode / "lake"
@@ -683,7 +686,6 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     from alerts.events_schema_store import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
-    from core.config import TABLE_NETWORKS
     from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
     from enrich.reference_data import ReferenceCache

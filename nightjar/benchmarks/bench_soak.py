@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# soak`'s arguments, and --help or a bad argument must not wait for the generator (Faker) (nightjar/cli.py).
 from core.config import TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
+from core.durations import parse_duration
 from core.errors import UserError
 from nightjar.benchmarks.bench_pipeline import (
     Bench,
@@ -381,8 +384,6 @@ def start_time(text: str) -> float:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from core.durations import parse_duration
-
     if args.start is not None:
         start_time(args.start)
 
