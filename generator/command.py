@@ -88,14 +88,15 @@ def start_ending_now(opts: Options, org, now: float, passes: int = 3) -> float:
         return now - opts.duration
     start = now - max(60.0, (opts.events or DEFAULT_EVENTS) / 150_000 * 3600)  # a working hour's rate as first guess
     for _ in range(passes):
-        span = _simulated_span(replace(opts, start=start), org)
+        span = simulated_span(replace(opts, start=start), org)
         if abs(start + span - now) <= 60:
             break
         start = now - span
     return float(int(start))
 
 
-def _simulated_span(opts: Options, org) -> float:
+def simulated_span(opts: Options, org) -> float:
+    """How many simulated seconds a run of ``opts`` over ``org`` covers (a dry run of the simulation, no output)."""
     sim = Simulation(opts, org)
     last = opts.start
     for n, (ts, *_rest) in enumerate(sim.events(), start=1):
