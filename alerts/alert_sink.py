@@ -39,13 +39,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from alerts.alert_schema import ALERT_SCHEMA, SEVERITIES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.errors import UserError
 from core.fault_points import fault_point
+from ingest.delta_sink import arrow_schema, committed_batch, ensure_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -357,8 +358,6 @@ def _produce(messages: list[tuple[bytes, bytes]], settings: Settings, topic: str
 
 def alerts_arrow_schema() -> pa.Schema:
     """The ``alerts`` table's Arrow schema (timestamps in UTC, every field nullable as the Delta sink writes)."""
-    from ingest.delta_sink import arrow_schema
-
     return arrow_schema(ALERT_SCHEMA)
 
 
@@ -366,8 +365,6 @@ def write_alert_rows(rows: list[dict[str, Any]], settings: Settings, app_id: str
     """Append ``rows`` to the ``alerts`` table in one commit recording the app transaction ``(app_id, batch_id)``."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
-
-    from ingest.delta_sink import ensure_table
 
     if not rows:
         return 0  # an empty commit per idle batch would only grow the log (as in ingest.delta_sink)
@@ -397,8 +394,6 @@ def publish_alerts(alerts: DataFrame | pa.Table | Iterable[Mapping[str, Any]], s
     Kafka did not acknowledge every message (nothing is written to Delta then) and ``ValueError`` for a
     malformed alert.
     """
-    from ingest.delta_sink import committed_batch
-
     path = settings.table_path(TABLE_ALERTS)
     done = committed_batch(path, app_id)
     if done is not None and batch_id <= done:
@@ -420,13 +415,3 @@ def publish_alerts(alerts: DataFrame | pa.Table | Iterable[Mapping[str, Any]], s
     log.info("alerts: batch %d published %d alerts (%d new, %d updates) to %s and the %s table (%.2fs)", batch_id,
              len(rows), len(rows) - updates, updates, topic, TABLE_ALERTS, time.monotonic() - started)
     return len(rows)
-
-
-def foreach_batch_publisher(settings: Settings, app_id: str,
-                            topic: str = TOPIC_ALERTS) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function publishing each micro-batch with :func:`publish_alerts`."""
-
-    def publish(df: DataFrame, batch_id: int) -> None:
-        publish_alerts(df, settings, batch_id, app_id, topic)
-
-    return publish

@@ -24,8 +24,11 @@ import time
 import uuid
 from typing import Any
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# alerts`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import TOPIC_ALERTS, Settings
 from core.errors import UserError
+from ingest.embedded_broker import check_reachable, list_topics
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +118,6 @@ def _short_time(ts: dt.datetime) -> str:
 
 def tail(args: argparse.Namespace, settings: Settings) -> int:
     from confluent_kafka import Consumer
-
-    from ingest.embedded_broker import check_reachable, list_topics
 
     if args.max is not None and args.max < 1:
         raise UserError(f"--max {args.max}: give a number of alerts >= 1", exit_code=2)

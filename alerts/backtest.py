@@ -21,9 +21,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.alert_builder import AlertBuilder
-from alerts.rule_loader import Rule
+from alerts.alert_schema import ALERT_SCHEMA
+from alerts.detection_input import detection_input
+from alerts.events_schema_store import events_schema
+from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
+from core.durations import parse_time
 from core.errors import UserError
+from core.spark_session import build_spark
+from ingest.delta_sink import arrow_schema
 
 
 def read_events(spark: SparkSession, lake: Path) -> DataFrame:
@@ -46,8 +52,6 @@ def read_events(spark: SparkSession, lake: Path) -> DataFrame:
 def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: dt.datetime | None = None,
              end: dt.datetime | None = None, detected_at: dt.datetime | None = None) -> list[dict]:
     """Every alert revision the rules would have raised on ``events`` in ``[start, end)``, newest revision only."""
-    from alerts.detection_input import detection_input
-
     ts = F.col("`@timestamp`")
     if start is not None:
         events = events.where(ts >= F.lit(start))
@@ -66,17 +70,6 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
     return sorted(revisions, key=lambda a: (a["first_seen"], a["rule_id"], a["entity"]["value"]))
 
 
-def _time(text: str | None, flag: str) -> dt.datetime | None:
-    if text is None:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UserError(f"{flag} must be an ISO 8601 time like 2026-03-09T10:00:00Z, not {text!r}",
-                        exit_code=2) from exc
-    return t.astimezone(dt.UTC).replace(tzinfo=None) if t.tzinfo else t
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="rule file or directory (repeatable; default: the built-in rule pack)")
@@ -87,11 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from alerts.detection_input import events_schema
-    from alerts.rule_loader import BUILTIN_RULES, load_rules
-    from core.spark_session import build_spark
-
-    start, end = _time(args.start, "--from"), _time(args.end, "--to")
+    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
     if start and end and start >= end:
         raise UserError("--from must be before --to", exit_code=2)
     paths = args.rules or [BUILTIN_RULES]
@@ -119,9 +108,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _write(path: Path, alerts: list[dict]) -> None:
     from deltalake import write_deltalake
-
-    from alerts.alert_schema import ALERT_SCHEMA
-    from ingest.delta_sink import arrow_schema
 
     schema = arrow_schema(ALERT_SCHEMA)
     write_deltalake(str(path), pa.Table.from_pylist(alerts, schema=schema), mode="overwrite", schema_mode="overwrite")

@@ -121,8 +121,6 @@ _MONOTONE_OPS = (SigmaCorrelationConditionOperator.GT, SigmaCorrelationCondition
 
 TIMESTAMP_FIELD = "@timestamp"
 EVENT_ID_FIELD = "event.id"
-HOST_FIELD = "host.name"
-USER_FIELD = "user.name"
 # Only there to prove non-nullness to Spark's analyzer (CANDIDATE_SCHEMA has NOT NULL columns): an aggregate
 # over at least one row never yields null for these, so the fallback is never used.
 _EPOCH = dt.datetime(1970, 1, 1)

@@ -12,16 +12,10 @@ Spark drop every honest event behind it. Such events stay in ``events`` for hunt
 
 from __future__ import annotations
 
-import logging
-import time
-
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
 
 from ingest.normalize import EVENT_TIME_COLUMN
-
-log = logging.getLogger(__name__)
 
 MAX_CLOCK_SKEW = "10 minutes"
 
@@ -42,43 +36,3 @@ def detection_input(events: DataFrame, observe_as: str | None = None) -> DataFra
     if observe_as is not None:
         base = base.observe(observe_as, F.count_if(~sane).alias(EXCLUDED_METRIC))
     return base.where(sane).withColumn(EVENT_TIME_COLUMN, ts)
-
-
-def events_schema(spark: SparkSession) -> StructType:
-    """The schema rules compile against: the ``events`` table's (parsed + enriched), plus the event-time column.
-
-    Derived from the code that writes the table (:func:`derive_events_schema`), so it cannot drift; kept per version
-    of that code by :mod:`alerts.events_schema_store` (deriving it costs 25–40 s on a cold JVM, and every run, rule
-    test and backtest needs it before its first batch), and once per Spark context in this process (a run asks for
-    it from the rule set and again from the ML scoring query).
-    """
-    from pyspark import SparkContext
-
-    from alerts import events_schema_store
-
-    context = id(SparkContext._active_spark_context)
-    if context not in _SCHEMAS:
-        version = events_schema_store.fingerprint()
-        stored = events_schema_store.load(version)
-        if stored is None:
-            started = time.monotonic()
-            stored = derive_events_schema(spark).jsonValue()
-            where = events_schema_store.save(version, stored)
-            log.info("events schema derived from the parsers in %.1f s (code version %s; stored in %s)",
-                     time.monotonic() - started, version, where or "nothing")
-        _SCHEMAS[context] = stored
-    return StructType.fromJson(_SCHEMAS[context])  # a fresh object: callers may not change the cached one
-
-
-def derive_events_schema(spark: SparkSession) -> StructType:
-    """The events schema as the code builds it: an empty parse through the enrichment and :func:`detection_input`."""
-    from enrich.reference_data import reference_from_tables
-    from enrich.static_joins import enrich_static
-    from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records, to_events
-
-    empty = to_events(parse_records(lines_dataframe(spark, [])))
-    return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema
-
-
-_SCHEMAS: dict[int, dict] = {}  # Spark context id -> the events schema as JSON

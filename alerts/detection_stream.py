@@ -41,18 +41,24 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from alerts.alert_builder import AlertBuilder, RuleMeta
-from alerts.detection_input import detection_input, events_schema
+from alerts.alert_sink import publish_alerts
+from alerts.detection_input import detection_input
+from alerts.events_schema_store import events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
+from alerts.window_aggregator import RULE, aggregate, finish
 from core.checkpoints import batch_timestamp
-from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
-from core.errors import short_batch_errors
+from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
+from core.errors import short_batch_errors, summarize_query_error
+from core.lake import is_delta_table, table_dataset
 from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, session_conf
+from core.triggers import QUERY_WINDOWED, QUERY_WINDOWED_APPEND, Trigger
+from ingest.delta_sink import arrow_schema, ensure_table
+from ingest.delta_source import initial_offset_file, pruned_schema, read_delta_stream
+from ingest.normalize import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 
 BATCH_TS = "_batch_ts"  # the micro-batch's timestamp: the same when a batch is replayed (detected_at)
-QUERY_WINDOWED = "windowed"
-QUERY_WINDOWED_APPEND = "windowed-append"
 RULE_FAULT_LIMIT = 3  # consecutive failures of one rule's own evaluation before it is disabled
 HEALTH_RULE = RuleMeta(rule_id="nightjar.rule_health", name="Detection rule stopped working", severity="high",
                        tags=(), suppress_s=3600.0, count_merge="sum")
@@ -63,8 +69,6 @@ STATUS_RUNNING, STATUS_RESTARTING, STATUS_FAILED, STATUS_DISABLED = "running", "
 
 def open_alerts(lake: Path, rule_ids: set[str]) -> list[dict]:
     """The newest revision of every alert of ``rule_ids`` in the ``alerts`` table (empty when there is none)."""
-    from core.lake import table_dataset
-
     try:
         table = table_dataset(lake, TABLE_ALERTS).to_table().to_pylist()
     except Exception:  # no table yet
@@ -99,8 +103,6 @@ class AlertFolder:
 
     def process(self, candidates: list[dict], batch_id: int, detected_at: dt.datetime) -> list[dict]:
         """Fold and publish; returns the revisions published (empty for nothing new or a replayed batch)."""
-        from alerts.alert_sink import publish_alerts
-
         if not candidates:
             return []
         saved = copy.deepcopy(self.builder.open)
@@ -263,9 +265,6 @@ def health_row(e: HealthEntry) -> dict:
 
 def read_rule_health(lake: Path) -> dict[str, dict]:
     """The newest health row per rule from ``pipeline_progress`` (what the last ``nightjar run`` reported)."""
-    from core.config import TABLE_PIPELINE_PROGRESS
-    from core.lake import is_delta_table, table_dataset
-
     if not is_delta_table(lake / TABLE_PIPELINE_PROGRESS):
         return {}
     dataset = table_dataset(lake, TABLE_PIPELINE_PROGRESS)
@@ -424,10 +423,6 @@ def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: P
     dozen of the table's ~430 leaves then reads and converts only those."""
     from pyspark.sql.types import StructType
 
-    from ingest.delta_sink import arrow_schema, ensure_table
-    from ingest.delta_source import initial_offset_file, pruned_schema, read_delta_stream
-    from ingest.normalize import EVENT_TIME_COLUMN
-
     path = settings.table_path(TABLE_EVENTS)
     stored = StructType([f for f in schema.fields if f.name != EVENT_TIME_COLUMN])
     ensure_table(path, arrow_schema(stored))
@@ -436,12 +431,9 @@ def events_stream(spark: SparkSession, settings: Settings, schema, checkpoint: P
     return read_delta_stream(spark, path, initial_offset_file=keep, schema=read)
 
 
-def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger,
+def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, rules: list[Rule], trigger: Trigger,
                    output_mode: str = "update") -> StreamingQuery:
     """One streaming query for every windowed rule of ``output_mode`` (see the module doc)."""
-    from alerts.window_aggregator import RULE, aggregate
-    from ingest.normalize import EVENT_TIME_COLUMN
-
     name = QUERY_WINDOWED if output_mode == "update" else QUERY_WINDOWED_APPEND
     specs = [r.windowed for r in rules]
     by_key = {r.windowed.key: r for r in rules}
@@ -482,8 +474,6 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
 def _finish_all(batch: DataFrame, specs: list, by_key: dict[str, Rule], ruleset: RuleSet, query: str) -> list[dict]:
     """Every rule's finish over the batch's aggregated rows; on failure, rule by rule, so one broken rule is found
     (and, failing again and again, disabled) while the others keep alerting."""
-    from alerts.window_aggregator import finish
-
     if not specs:
         return []
     try:
@@ -517,7 +507,7 @@ def own_query_name(rule: Rule) -> str:
     return f"rule.{rule.rule_id}"
 
 
-def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, rule: Rule, trigger) -> StreamingQuery:
+def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, rule: Rule, trigger: Trigger) -> StreamingQuery:
     """A Python rule whose detect() is its own plan: a query of its own (checkpoint named by its digest)."""
     name = own_query_name(rule)
     folder = AlertFolder(settings, f"nightjar.{name}.{rule.digest}", {rule.rule_id: rule.meta})
@@ -541,6 +531,4 @@ def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, r
 
 
 def _one_line(exc: object) -> str:
-    from core.errors import summarize_query_error
-
     return summarize_query_error(str(exc))[:500]

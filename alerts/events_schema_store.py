@@ -1,6 +1,6 @@
 """The events schema, stored per version of the code that defines it, so a run does not rebuild the parse plan.
 
-Rules compile against the ``events`` schema, and :func:`alerts.detection_input.events_schema` derives it from the
+Rules compile against the ``events`` schema, and :func:`events_schema` derives it from the
 code that writes the table (an empty parse through the enrichment), so it cannot drift. Deriving it analyses the
 whole parse plan: 25–40 s on a cold JVM on two cores (about 120,000 Py4J calls), paid by every ``nightjar run``,
 ``rules test`` and ``backtest`` before its first micro-batch — half of the demo's 60-second budget for a first
@@ -28,14 +28,29 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import pyspark
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from alerts.detection_input import detection_input
+from core.config import Settings
+from core.spark_session import build_spark
+from enrich.reference_data import reference_from_tables
+from enrich.static_joins import enrich_static
+from ingest.file_source import lines_dataframe
+from ingest.normalize import parse_records, to_events
 
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = Path(__file__).parent / "resources" / "events_schema.json"
 # What the empty parse + enrichment in `events_schema` is built from: the parsers, the ECS assembly, the file and
-# Kafka record shapes, the static joins and reference schemas, the detection input, and the config they read.
+# Kafka record shapes, the static joins and reference schemas, the detection input, the derivation itself (this
+# module) and the config they read.
 SOURCES: tuple[str, ...] = (
     "ingest/parsers",
     "ingest/normalize.py",
@@ -45,6 +60,7 @@ SOURCES: tuple[str, ...] = (
     "enrich/static_joins.py",
     "enrich/reference_data.py",
     "alerts/detection_input.py",
+    "alerts/events_schema_store.py",
     "core/config.py",
 )
 REFRESH_COMMAND = ".venv/bin/python -m alerts.events_schema_store --write"
@@ -52,8 +68,6 @@ REFRESH_COMMAND = ".venv/bin/python -m alerts.events_schema_store --write"
 
 def fingerprint(root: Path = REPO_ROOT) -> str:
     """A hash of the PySpark version and every source file in :data:`SOURCES` (path and content)."""
-    import pyspark
-
     digest = hashlib.sha256(f"pyspark {pyspark.__version__}\n".encode())
     files: list[Path] = []
     for name in SOURCES:
@@ -120,6 +134,37 @@ def shipped_version() -> str | None:
         return None
 
 
+def events_schema(spark: SparkSession) -> StructType:
+    """The schema rules compile against: the ``events`` table's (parsed + enriched), plus the event-time column.
+
+    Derived from the code that writes the table (:func:`derive_events_schema`), so it cannot drift; kept per version
+    of that code by this module (deriving it costs 25–40 s on a cold JVM, and every run, rule
+    test and backtest needs it before its first batch), and once per Spark context in this process (a run asks for
+    it from the rule set and again from the ML scoring query).
+    """
+    context = id(SparkContext._active_spark_context)
+    if context not in _SCHEMAS:
+        version = fingerprint()
+        stored = load(version)
+        if stored is None:
+            started = time.monotonic()
+            stored = derive_events_schema(spark).jsonValue()
+            where = save(version, stored)
+            log.info("events schema derived from the parsers in %.1f s (code version %s; stored in %s)",
+                     time.monotonic() - started, version, where or "nothing")
+        _SCHEMAS[context] = stored
+    return StructType.fromJson(_SCHEMAS[context])  # a fresh object: callers may not change the cached one
+
+
+def derive_events_schema(spark: SparkSession) -> StructType:
+    """The events schema as the code builds it: an empty parse through the enrichment and :func:`detection_input`."""
+    empty = to_events(parse_records(lines_dataframe(spark, [])))
+    return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema
+
+
+_SCHEMAS: dict[int, dict] = {}  # Spark context id -> the events schema as JSON
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m alerts.events_schema_store --write``: derive the schema and refresh the shipped copy."""
     parser = argparse.ArgumentParser(prog="python -m alerts.events_schema_store", description=__doc__.split("\n")[0])
@@ -130,10 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         current = shipped_version() == version
         print(f"code version {version}: shipped schema {'current' if current else 'stale — run ' + REFRESH_COMMAND}")
         return 0 if current else 1
-    from alerts.detection_input import derive_events_schema
-    from core.config import Settings
-    from core.spark_session import build_spark
-
     spark = build_spark(Settings(), app_name="nightjar-events-schema")
     try:
         save(version, derive_events_schema(spark).jsonValue(), SHIPPED)

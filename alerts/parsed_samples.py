@@ -18,14 +18,15 @@ from collections.abc import Hashable, Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from alerts.python_rules import enrich_parsed
+from ingest.file_source import records_table
+from ingest.normalize import parse_records, to_quarantine
+
 
 class ParsedSamples:
     """``sets``: key -> (raw lines, ``ingested_at``). One parse of all of them, materialized on construction."""
 
     def __init__(self, spark: SparkSession, sets: Mapping[Hashable, tuple[Sequence[str], dt.datetime]]) -> None:
-        from ingest.file_source import records_table
-        from ingest.normalize import parse_records, to_quarantine
-
         self._index = {key: i for i, key in enumerate(sets)}
         records = ((i, offset, line, None, ingested_at)
                    for i, (lines, ingested_at) in enumerate(sets.values())
@@ -44,7 +45,5 @@ class ParsedSamples:
     def enriched(self, key: Hashable, reference, dhcp: list[str]) -> tuple[DataFrame, list[str]]:
         """(the set's enriched events, materialized, one "line N does not parse (…)" per quarantined line): what
         :func:`alerts.python_rules.enriched_events` returns for the set parsed alone."""
-        from alerts.python_rules import enrich_parsed
-
         i = self._index[key]
         return enrich_parsed(self.parsed.where(F.col("partition") == i), reference, dhcp), self._unparsed.get(i, [])

@@ -71,9 +71,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES, conform_candidates
+from alerts.window_aggregator import build, run_windowed
 from core.config import DEFAULT_DETECTION_WATERMARK, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
+from enrich.dhcp_sessions import attribute_batch, events_from
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
-from ingest.normalize import EVENT_TIME_COLUMN
+from enrich.reference_data import reference_from_tables
+from enrich.static_joins import enrich_static
+from ingest.file_source import lines_dataframe
+from ingest.normalize import EVENT_TIME_COLUMN, parse_records, to_quarantine
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks the watermarked column with this metadata
@@ -220,8 +225,6 @@ class Windowed:
     item: Column | None = None
 
     def to_rule(self, rule_id: str, key: str | None = None, output_mode: str = "update"):
-        from alerts.window_aggregator import build
-
         return build(key or rule_id, rule_id, self.window, self.slide, matches=(self.where,),
                      group=tuple(self.group_by), finish=self.finish, item=self.item, output_mode=output_mode)
 
@@ -314,8 +317,6 @@ def _unset_detect(events: DataFrame) -> DataFrame:  # replaced in __post_init__ 
 
 def _windowed_detect(rule_id: str, spec: Callable[[], Windowed], output_mode: str) -> Callable[[DataFrame], DataFrame]:
     def detect(events: DataFrame) -> DataFrame:
-        from alerts.window_aggregator import run_windowed
-
         return run_windowed(with_event_time(events), [spec().to_rule(rule_id, output_mode=output_mode)])
 
     return detect
@@ -486,8 +487,6 @@ def reference_data(spark: SparkSession, reference: Mapping[str, Iterable[Mapping
     columns, e.g. the generator's ``*.jsonl``; times may be ISO strings; a table not given is empty), prepared
     exactly as :class:`~enrich.reference_data.ReferenceCache` prepares the lake's. ValueError on unknown tables,
     columns or mistyped values."""
-    from enrich.reference_data import reference_from_tables
-
     tables = _reference({name: list(rows) for name, rows in (reference or {}).items()})  # checked, ISO times parsed
     return reference_from_tables(spark, {name: list(rows) for name, rows in tables.items()})
 
@@ -507,8 +506,6 @@ def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[Data
     exhaust the driver's heap — rules must run on materialized events (the ``events`` table, a checkpointed
     frame), never directly on the enrichment plan.
     """
-    from ingest.normalize import parse_records, to_quarantine
-
     parsed = parse_records(bronze).localCheckpoint(eager=True)
     bad = to_quarantine(parsed).select("offset", "parser", "error").orderBy("offset").collect()
     unparsed = [f"line {r['offset']} does not parse ({r['parser']}: {r['error']})" for r in bad]
@@ -518,9 +515,6 @@ def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[Data
 def enrich_parsed(parsed: DataFrame, reference, dhcp: list[str]) -> DataFrame:
     """Parsed records (``parse_records``' output) -> the enriched events, materialized: the second half of
     :func:`enriched_events`."""
-    from enrich.dhcp_sessions import attribute_batch, events_from
-    from enrich.static_joins import enrich_static
-
     return enrich_static(events_from(attribute_batch(parsed, dhcp)), reference).localCheckpoint(eager=True)
 
 
@@ -528,8 +522,6 @@ def sample_events(spark: SparkSession, lines: Sequence[str], samples: Samples,
                   reference=None) -> tuple[DataFrame, list[str]]:
     """(enriched events, unparsed-line messages) of sample ``lines``; ``reference``: a prepared
     ReferenceData, built from ``samples.reference`` when None."""
-    from ingest.file_source import lines_dataframe
-
     ref = reference if reference is not None else reference_data(spark, samples.reference)
     bronze = lines_dataframe(spark, list(lines), ingested_at=samples.ingested_at)
     return enriched_events(bronze, ref, dhcp_networks(samples.reference))

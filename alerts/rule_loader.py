@@ -36,8 +36,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+# The compilers (pySigma, pandas) are imported inside the functions that compile: the dashboard imports this module
+# to list the rules, and a page view must not load them.
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
 from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
+from core.durations import parse_duration as parse
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +99,6 @@ class Rule:
 
 def parse_duration(text: str | int | float, what: str) -> float:
     """``90`` / ``"90s"`` / ``"5m"`` / ``"1h"`` / ``"1d"`` / ``"10 minutes"`` -> seconds (:mod:`core.durations`)."""
-    from core.durations import parse_duration as parse
-
     return parse(text, what)
 
 

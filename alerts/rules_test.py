@@ -22,6 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# rules`'s arguments, and --help or a bad argument must not wait for pyspark and pandas (nightjar/cli.py).
+from core.address_plan import network_rows
 from core.config import Settings
 from core.errors import UserError
 
@@ -54,9 +57,8 @@ def expand(samples) -> list[str]:
 
 
 def default_reference() -> dict[str, list[dict]]:
-    from generator.reference_tables import networks
-
-    return {"networks": networks().to_pylist()}
+    """The reference tables every sample set starts from: the address plan the samples are written against."""
+    return {"networks": network_rows()}
 
 
 def sample_sets(rules) -> dict[tuple[str, str], tuple[list[str], dt.datetime]]:
@@ -180,8 +182,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from alerts.detection_input import events_schema
     from alerts.detection_stream import read_rule_health
+    from alerts.events_schema_store import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from core.spark_session import build_spark
 

@@ -26,6 +26,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# score`'s arguments, and --help or a bad argument must not wait for pyarrow (nightjar/cli.py).
 from alerts.alert_builder import naive_utc
 from core.config import TABLE_ALERTS, TABLE_GROUND_TRUTH, TABLE_GROUND_TRUTH_NEGATIVES, Settings
 from core.errors import UserError

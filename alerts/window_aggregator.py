@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType
 
 from alerts.alert_schema import ENTITY_TYPE, MAX_EVIDENCE, conform_candidates
+from core.durations import parse_duration
 from ingest.normalize import EVENT_TIME_COLUMN
 
 RULE, GROUP, WINDOW = "_rule", "_g", "_w"
@@ -233,8 +234,6 @@ def candidate_columns(rule_id: str, entity_type: str, entity_index: int, *, cond
 
 def parse_span_us(text: str) -> int:
     """``"1 hour"`` / ``"30 minutes"`` / ``"1h"`` -> microseconds (see :func:`core.durations.parse_duration`)."""
-    from core.durations import parse_duration
-
     return int(round(parse_duration(text) * 1_000_000))
 
 

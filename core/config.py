@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from core.durations import parse_duration, spark_interval
+from core.errors import UserError
+
 # Topic names are a contract with producers and the SOC (docs/architecture.md): keep them here only.
 TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
 TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
@@ -162,7 +165,6 @@ class KafkaTuning:
 
     # Tansu waits the full fetch.wait.max.ms at a partition's end: keep it short.
     fetch_wait_max_ms: int = 25
-    request_timeout_ms: int = 10_000
     # How long an offset lookup may take before the broker is declared unreachable.
     metadata_timeout_s: float = 10.0
     # How long the start-up check (ingest/embedded_broker.check_reachable) waits for a TCP connection to be accepted.
@@ -271,9 +273,6 @@ _TRIGGER_WHAT = {ENV_ML_TRIGGER: "the ML scoring trigger", ENV_AUTH_SESSIONS_TRI
 def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
     """A query's live trigger (``30s``, ``1m``, ``2 minutes``, …) as Spark's interval text; a UserError naming
     ``env_name`` otherwise."""
-    from core.durations import parse_duration, spark_interval
-    from core.errors import UserError
-
     try:
         seconds = parse_duration(text, f"{env_name} ({_TRIGGER_WHAT.get(env_name, 'a trigger')})")
     except ValueError as exc:

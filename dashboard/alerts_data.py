@@ -23,6 +23,7 @@ from core.config import (
     TABLE_USERS,
 )
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, connect, has_table, query
+from dashboard.queries import CURRENT_DHCP_SESSIONS_SQL
 from dashboard.triage import STATUS_SQL, TRIAGE_SCHEMA
 
 QUEUE_COLUMNS = [
@@ -71,7 +72,9 @@ class AlertFilter:
     alert_ids: tuple[str, ...] = field(default=())
 
 
-_CURRENT_SQL = f"""
+# Every alert in its current state (newest revision) with its triage status: the one definition the queue, the entity
+# pages, coverage and the rule lab select from.
+CURRENT_ALERTS_SQL = f"""
     WITH cur AS (
         SELECT * FROM alerts
         QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY revision DESC, detected_at DESC) = 1
@@ -126,7 +129,7 @@ def alert_queue(lake: Path, f: AlertFilter = AlertFilter(), limit: int | None = 
     if not _alert_tables(lake):
         return pd.DataFrame(columns=QUEUE_COLUMNS)
     where, params = _where(f)
-    sql = f"SELECT * FROM ({_CURRENT_SQL}){where} ORDER BY detected_at DESC, last_seen DESC, alert_id"
+    sql = f"SELECT * FROM ({CURRENT_ALERTS_SQL}){where} ORDER BY detected_at DESC, last_seen DESC, alert_id"
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     df = query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE], sql, params, empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
@@ -140,7 +143,7 @@ def alert_volume(lake: Path, f: AlertFilter = AlertFilter(), bucket: str = "1 ho
         return pd.DataFrame(columns=cols)
     where, params = _where(f)
     sql = f"""SELECT time_bucket(INTERVAL '{bucket}', first_seen) AS bucket, severity, rule_id, count(*) AS alerts
-              FROM ({_CURRENT_SQL}){where} GROUP BY ALL ORDER BY bucket, severity, rule_id"""
+              FROM ({CURRENT_ALERTS_SQL}){where} GROUP BY ALL ORDER BY bucket, severity, rule_id"""
     return query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE], sql, params, empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
 
 
@@ -217,7 +220,7 @@ def related_alerts(lake: Path, alert: dict, hours: float = 24.0) -> pd.DataFrame
         return pd.DataFrame(columns=QUEUE_COLUMNS)
     ent = alert["entity"]
     around = dt.timedelta(hours=hours)
-    sql = f"""SELECT * FROM ({_CURRENT_SQL})
+    sql = f"""SELECT * FROM ({CURRENT_ALERTS_SQL})
               WHERE alert_id <> $id
                 AND ((entity_type = $etype AND entity_value = $value) OR host_name = $value OR user_name = $value
                      OR ($host IS NOT NULL AND (host_name = $host OR entity_value = $host))
@@ -266,17 +269,10 @@ def entity_context(lake: Path, entity_type: str, value: str, at: dt.datetime | N
                 SELECT session_id, ip, mac, hostname, lease_start, lease_end, end_reason, state, dataset,
                        coalesce($at IS NOT NULL AND lease_start <= $at AND coalesce(lease_end, $at) >= $at, false)
                            AS held_at_alert
-                FROM (
-                    SELECT session_id, ip, mac, coalesce(hostname, known) AS hostname, lease_start, lease_end,
-                           end_reason, state, dataset
-                    FROM (SELECT *, first_value(hostname IGNORE NULLS) OVER (
-                                        PARTITION BY session_id ORDER BY updated_at DESC
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS known
-                          FROM dhcp_sessions)
-                    QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY updated_at DESC,
-                            CASE state WHEN 'closed' THEN 2 WHEN 'renewed' THEN 1 ELSE 0 END DESC) = 1)
+                FROM ({CURRENT_DHCP_SESSIONS_SQL})
                 WHERE {col}
-                ORDER BY held_at_alert DESC, lease_start DESC LIMIT 50""", {**v, "at": at})
+                ORDER BY held_at_alert DESC, lease_start DESC LIMIT 50""",
+                {**v, "at": at, "ip": value if entity_type == "ip" else None})
         if entity_type in ("ip", "domain"):
             run(TABLE_IOCS, "SELECT * FROM iocs WHERE lower(indicator) = lower($value)", v)
     return out

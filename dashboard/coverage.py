@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from core.config import TABLE_ALERTS, TABLE_PIPELINE_PROGRESS
-from dashboard.alerts_data import _CURRENT_SQL
+from core.lake import table_dataset
+from dashboard.alerts_data import CURRENT_ALERTS_SQL
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
 from dashboard.rules_catalog import RuleInfo, load_catalog
 from dashboard.triage import TRIAGE_SCHEMA
@@ -51,7 +52,7 @@ def rule_stats(lake: Path) -> pd.DataFrame:
                     THEN round(count(*) FILTER (WHERE status = 'closed: false positive')
                                / count(*) FILTER (WHERE starts_with(status, 'closed')), 3) END AS false_positive_share,
                max(detected_at) AS last_fired
-        FROM ({_CURRENT_SQL}) GROUP BY rule_id ORDER BY rule_id""", empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
+        FROM ({CURRENT_ALERTS_SQL}) GROUP BY rule_id ORDER BY rule_id""", empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
 
 
 def daily_alerts(lake: Path) -> pd.DataFrame:
@@ -59,7 +60,7 @@ def daily_alerts(lake: Path) -> pd.DataFrame:
     if not has_table(lake, TABLE_ALERTS):
         return pd.DataFrame(columns=["day", "rule_id", "alerts"])
     return query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE], f"""
-        SELECT first_seen::DATE AS day, rule_id, count(*) AS alerts FROM ({_CURRENT_SQL})
+        SELECT first_seen::DATE AS day, rule_id, count(*) AS alerts FROM ({CURRENT_ALERTS_SQL})
         GROUP BY ALL ORDER BY day, rule_id""", empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
 
 
@@ -67,7 +68,6 @@ def query_health(lake: Path) -> pd.DataFrame:
     """The newest health row of each rule's query (``pipeline_progress`` rows whose query_name is ``rule:…``)."""
     if not has_table(lake, TABLE_PIPELINE_PROGRESS):
         return pd.DataFrame(columns=HEALTH_COLUMNS)
-    from core.lake import table_dataset
 
     names = set(table_dataset(lake, TABLE_PIPELINE_PROGRESS).schema.names)
     if not {"rule_id", "status"} <= names:  # a pipeline that records no rule health yet

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from core.config import TABLE_ALERTS, TABLE_ASSETS, TABLE_DHCP_SESSIONS, TABLE_EVENTS
-from dashboard.alerts_data import _CURRENT_SQL, QUEUE_COLUMNS, entity_predicate
+from dashboard.alerts_data import CURRENT_ALERTS_SQL, QUEUE_COLUMNS, entity_predicate
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
+from dashboard.queries import CURRENT_DHCP_SESSIONS_SQL
 from dashboard.triage import TRIAGE_SCHEMA
 
 ENTITY_TYPES = ("host", "user", "ip", "domain", "mac")
@@ -49,7 +50,7 @@ def entity_alerts(lake: Path, entity_type: str, value: str) -> pd.DataFrame:
     elif entity_type == "user":
         cond += " OR user_name = $value"
     return query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE],
-                 f"SELECT * FROM ({_CURRENT_SQL}) WHERE {cond} ORDER BY first_seen DESC",
+                 f"SELECT * FROM ({CURRENT_ALERTS_SQL}) WHERE {cond} ORDER BY first_seen DESC",
                  {"etype": entity_type, "value": value}, empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})[QUEUE_COLUMNS]
 
 
@@ -65,19 +66,14 @@ def dhcp_history(lake: Path, entity_type: str, value: str, limit: int = 200) -> 
                       {"v": value})["mac"].tolist()
     cond = {"ip": "ip = $value", "host": "lower(hostname) = lower($value)", "mac": "FALSE"}[entity_type]
     cond += f" OR list_contains($macs, {_MAC.format('mac')})"
+    params = {"macs": [m.replace(":", "").replace("-", "").replace(".", "").upper() for m in macs],
+              "ip": value if entity_type == "ip" else None}
+    if entity_type != "mac":  # DuckDB refuses a parameter the SQL does not use (a MAC matches through $macs)
+        params["value"] = value
     return query(lake, [TABLE_DHCP_SESSIONS], f"""
-        SELECT {', '.join(cols)} FROM (
-            SELECT session_id, ip, mac, coalesce(hostname, known) AS hostname, lease_start, lease_end, end_reason,
-                   state, dataset
-            FROM (SELECT *, first_value(hostname IGNORE NULLS) OVER (
-                                PARTITION BY session_id ORDER BY updated_at DESC
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS known
-                  FROM dhcp_sessions)
-            QUALIFY row_number() OVER (PARTITION BY session_id ORDER BY updated_at DESC,
-                    CASE state WHEN 'closed' THEN 2 WHEN 'renewed' THEN 1 ELSE 0 END DESC) = 1)
+        SELECT {', '.join(cols)} FROM ({CURRENT_DHCP_SESSIONS_SQL})
         WHERE {cond}
-        ORDER BY lease_start DESC NULLS LAST LIMIT {int(limit)}""",
-                 {"value": value, "macs": [m.replace(":", "").replace("-", "").replace(".", "").upper() for m in macs]})
+        ORDER BY lease_start DESC NULLS LAST LIMIT {int(limit)}""", params)
 
 
 def logins(lake: Path, entity_type: str, value: str, limit: int = 200, since: dt.datetime | None = None) -> pd.DataFrame:

@@ -29,6 +29,8 @@ from core.config import (
     header_name,
 )
 from core.errors import UserError
+from core.process_control import sigterm_as_interrupt
+from ingest.embedded_broker import port_is_open
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +128,6 @@ def stop_dashboard(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be between 1 and 65535, not {args.port}", exit_code=2)
-    from ingest.embedded_broker import port_is_open
 
     if port_is_open(args.host if args.host != "0.0.0.0" else "127.0.0.1", args.port):
         raise UserError(f"port {args.port} is already in use; pass --port P")
@@ -149,7 +150,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                     settings.dashboard_user_header, args.host, args.port)
     if not settings.lake.exists():
         log.warning("lake %s does not exist yet: the page will say so until the pipeline writes it", settings.lake)
-    from core.process_control import sigterm_as_interrupt
 
     url = f"http://{'127.0.0.1' if args.host == '0.0.0.0' else args.host}:{args.port}"
     # Streamlit runs in its own session, so a SIGTERM to this launcher (a service manager, `docker stop`) never

@@ -98,15 +98,16 @@ LEASE_COLUMNS = [
 # greatest ``updated_at``, and on a tie the later state in a session's life wins (closed > renewed > open).
 # ``hostname`` is the newest one the session ever reported: a renewal or close message often carries none.
 # ``ip`` and ``mac`` never change within a session (its id is derived from them), so filtering on ``ip``
-# before ranking is safe and lets DuckDB push the filter into the Arrow scan.
-_CURRENT_SESSIONS_SQL = """
+# before ranking is safe and lets DuckDB push the filter into the Arrow scan. Parameter ``$ip``: one address, or
+# NULL for every session. The one home of this query: every page that shows leases selects from it.
+CURRENT_DHCP_SESSIONS_SQL = """
     SELECT * EXCLUDE (rn, known_hostname) REPLACE (coalesce(hostname, known_hostname) AS hostname)
     FROM (
         SELECT session_id, ip, mac, hostname, lease_start, lease_end, end_reason, state, updated_at, dataset,
                row_number() OVER newest_first AS rn,
                first_value(hostname IGNORE NULLS) OVER (
                    newest_first ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS known_hostname
-        FROM dhcp
+        FROM dhcp_sessions
         WHERE $ip IS NULL OR ip = $ip
         WINDOW newest_first AS (
             PARTITION BY session_id
@@ -142,7 +143,7 @@ def mac_digits(value: str) -> str | None:
 def _leases(lake: Path, sql: str, params: dict) -> pd.DataFrame:
     if not is_delta_table(lake / TABLE_DHCP_SESSIONS):
         return pd.DataFrame(columns=LEASE_COLUMNS)
-    dhcp = table_dataset(lake, TABLE_DHCP_SESSIONS)  # noqa: F841 - referenced by name in the SQL
+    dhcp_sessions = table_dataset(lake, TABLE_DHCP_SESSIONS)  # noqa: F841 - referenced by name in the SQL
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         return con.execute(sql, params).df()
@@ -162,7 +163,7 @@ def current_leases(lake: Path, ip: str | None = None, mac_or_host: str | None = 
             params["host"] = mac_or_host.strip().lower().rstrip(".")
     cols = ", ".join(LEASE_COLUMNS)
     sql = f"""
-        SELECT {cols} FROM ({_CURRENT_SESSIONS_SQL})
+        SELECT {cols} FROM ({CURRENT_DHCP_SESSIONS_SQL})
         WHERE state <> 'closed'
           AND ($mac IS NULL OR upper(regexp_replace(mac, '[^0-9A-Fa-f]', '', 'g')) = $mac)
           AND ($host IS NULL OR lower(hostname) = $host OR starts_with(lower(hostname), $host || '.'))
@@ -176,7 +177,7 @@ def current_leases(lake: Path, ip: str | None = None, mac_or_host: str | None = 
 
 def open_lease_count(lake: Path) -> int:
     """How many sessions are open now (current state not ``closed``)."""
-    counted = _leases(lake, f"SELECT count(*) AS n FROM ({_CURRENT_SESSIONS_SQL}) WHERE state <> 'closed'",
+    counted = _leases(lake, f"SELECT count(*) AS n FROM ({CURRENT_DHCP_SESSIONS_SQL}) WHERE state <> 'closed'",
                       {"ip": None})
     return int(counted["n"].iloc[0]) if "n" in counted and len(counted) else 0
 
@@ -187,7 +188,7 @@ def lease_history(lake: Path, ip: str, limit: int = 50) -> pd.DataFrame:
     return _leases(
         lake,
         f"""
-        SELECT {cols} FROM ({_CURRENT_SESSIONS_SQL})
+        SELECT {cols} FROM ({CURRENT_DHCP_SESSIONS_SQL})
         ORDER BY lease_start DESC NULLS LAST, updated_at DESC, session_id
         LIMIT $limit
         """,

@@ -37,8 +37,13 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+# Spark-side modules are imported inside the functions that need them: the dashboard's pages import this module,
+# and a page view must not load pyspark.
 from core.config import TABLE_ALERTS, TABLE_EVENTS
+from dashboard.alerts_data import CURRENT_ALERTS_SQL
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
+from dashboard.rule_lab import check_rule_text
+from dashboard.triage import TRIAGE_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent
 # A backtest starts a Spark driver (about 20-60 s on a busy 2-core machine) before it reads the period's events.
@@ -136,8 +141,6 @@ def rule_ids(text: str) -> list[str]:
 
 def alerting_rule_ids(text: str) -> list[str]:
     """The ids of the file's rules that raise alerts (not a correlation's quiet inputs), as the rule lab sees them."""
-    from dashboard.rule_lab import check_rule_text
-
     return [r.name for r in check_rule_text(text, compile_predicates=False) if r.alerts]
 
 
@@ -260,14 +263,12 @@ def past_verdicts(lake: Path, ids: list[str], start: dt.datetime, end: dt.dateti
     cols = ["rule_id", "past_alerts", "closed", "false_positive"]
     if not ids or not has_table(lake, TABLE_ALERTS):
         return pd.DataFrame({"rule_id": ids, "past_alerts": 0, "closed": 0, "false_positive": 0}, columns=cols)
-    from dashboard.alerts_data import _CURRENT_SQL
-    from dashboard.triage import TRIAGE_SCHEMA
 
     found = query(lake, [TABLE_ALERTS, TABLE_ALERT_TRIAGE], f"""
         SELECT rule_id, count(*) AS past_alerts,
                count(*) FILTER (WHERE starts_with(status, 'closed')) AS closed,
                count(*) FILTER (WHERE status = 'closed: false positive') AS false_positive
-        FROM ({_CURRENT_SQL}) WHERE list_contains($ids, rule_id) AND first_seen >= $start AND first_seen < $end
+        FROM ({CURRENT_ALERTS_SQL}) WHERE list_contains($ids, rule_id) AND first_seen >= $start AND first_seen < $end
         GROUP BY rule_id""", {"ids": ids, "start": _naive(start), "end": _naive(end)},
         empty={TABLE_ALERT_TRIAGE: TRIAGE_SCHEMA})
     out = pd.DataFrame({"rule_id": ids}).merge(found, on="rule_id", how="left").fillna(0)

@@ -21,6 +21,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+# Spark-side modules and the compilers are imported inside the functions that need them: the dashboard's pages
+# import this module, and a page view must not load pyspark or pySigma until a rule is checked.
 from core.config import TABLE_EVENTS
 from dashboard.lakedb import has_table, query
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import yaml
 
+# Spark-side modules are imported inside the functions that need them: the dashboard's pages import this module,
+# and a page view must not load pyspark.
+from core.config import settings_from_env
+
 log = logging.getLogger(__name__)
 
 _LEVELS = {"informational": "low", "low": "low", "medium": "medium", "high": "high", "critical": "critical"}
@@ -45,7 +49,6 @@ class RuleInfo:
 def rule_paths(paths: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
     """``paths``, else the configured rules (``NIGHTJAR_RULES``), else the built-in pack (what the pipeline runs)."""
     from alerts.rule_loader import BUILTIN_RULES
-    from core.config import settings_from_env
 
     return list(paths) or list(settings_from_env().rules) or [BUILTIN_RULES]
 

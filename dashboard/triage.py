@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 
 from core.errors import UserError
-from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
+from dashboard.lakedb import TABLE_ALERT_TRIAGE, query
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,3 @@ def statuses(lake: Path, alert_ids: list[str] | None = None) -> pd.DataFrame:
 def status_of(lake: Path, alert_id: str) -> str:
     found = statuses(lake, [alert_id])
     return str(found["status"].iloc[0]) if len(found) else "new"
-
-
-def has_triage(lake: Path) -> bool:
-    return has_table(lake, TABLE_ALERT_TRIAGE)

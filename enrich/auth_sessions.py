@@ -34,10 +34,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from core.config import DEFAULT_AUTH_SESSIONS_WATERMARK, TABLE_ASSETS, TABLE_AUTH_SESSIONS, Settings
+from core.errors import short_batch_errors
+from core.lake import is_delta_table
+from core.spark_session import PoolCheck, scheduler_pool
+from core.triggers import QUERY_AUTH_SESSIONS, Trigger
+from ingest.delta_sink import write_batch
 
 log = logging.getLogger(__name__)
 
-QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # the query is named after the table it writes
 APP_ID = f"nightjar.{QUERY_AUTH_SESSIONS}"
 SCHEDULER_POOL = "enrichment"  # a pool of core/resources/fairscheduler.xml, served after "default"
 JOIN_RANGE = "2 minutes"  # a Zeek record belongs to a login when it started within this of the login
@@ -47,10 +51,6 @@ SERVICE_PORTS: dict[str, tuple[int, ...]] = {"ssh": (SSH_PORT,), "smb": (445,), 
 # Windows logon types (winlog.logon.type, Elastic's names) that arrive over the network, and their service.
 WINDOWS_NETWORK_LOGONS = {"Network": "smb", "RemoteInteractive": "rdp"}
 
-# The auth_sessions table, one row per login (``service`` last: it came later, and Delta appends new columns) (flat columns, like dhcp_sessions: a derived table, not events).
-COLUMNS = ("login_time", "event_id", "host_name", "user_name", "auth_method", "client_ip", "client_port",
-           "server_ip", "server_port", "matched", "flow_start", "zeek_uid", "duration_s", "bytes_out", "bytes_in",
-           "zeek_auth_success", "client_software", "server_software", "community_id", "service")
 
 
 def _logins(events: DataFrame) -> DataFrame:
@@ -112,8 +112,6 @@ def _sshs(events: DataFrame) -> DataFrame:
 
 def servers_frame(spark: SparkSession, settings: Settings) -> DataFrame | None:
     """``assets`` host -> address (lower-cased name), or None when the lake has no assets table yet."""
-    from core.lake import is_delta_table
-
     path = settings.table_path(TABLE_ASSETS)
     if not is_delta_table(path):
         return None
@@ -152,6 +150,9 @@ def _plain_time(column: str) -> Column:
 
 
 def _join(logins: DataFrame, conns: DataFrame, sshs: DataFrame) -> DataFrame:
+    """Logins joined with their conn and ssh records: the ``auth_sessions`` table's rows, one per login, in flat
+    columns like ``dhcp_sessions`` (a derived table, not events); ``service`` last: it came later, and Delta
+    appends new columns."""
     with_conn = logins.join(conns, _same_connection("c"), "left_outer")
     with_conn = with_conn.select(*[_plain_time(c) if c == "c_time" else F.col(c) for c in with_conn.columns])
     joined = with_conn.join(sshs, _same_connection("s"), "left_outer")
@@ -188,15 +189,11 @@ def auth_sessions_batch(events: DataFrame, servers: DataFrame | None = None) -> 
     return _join(_with_server(_logins(events), servers), _conns(events), _sshs(events))
 
 
-def start_auth_sessions(spark: SparkSession, settings: Settings, trigger, events: DataFrame) -> StreamingQuery:
+def start_auth_sessions(spark: SparkSession, settings: Settings, trigger: Trigger, events: DataFrame) -> StreamingQuery:
     """The ``auth_sessions`` query: ``events`` (the events table through the Delta streaming source, as the windowed
     detection query reads it) -> joins -> the ``auth_sessions`` Delta table, exactly once per micro-batch (Delta app
     transaction ``nightjar.auth_sessions`` + the batch id: a replayed batch is skipped). ``trigger``: the pipeline's
-    (``nightjar.pipeline.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
-    from core.errors import short_batch_errors
-    from core.spark_session import PoolCheck, scheduler_pool
-    from ingest.delta_sink import write_batch
-
+    (``core.triggers.Trigger``); live, the query runs every ``settings.auth_sessions_trigger`` at most."""
     path = settings.table_path(TABLE_AUTH_SESSIONS)
     pool_check = PoolCheck(spark, QUERY_AUTH_SESSIONS, SCHEDULER_POOL)
 

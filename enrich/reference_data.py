@@ -230,9 +230,6 @@ class ReferenceCache:
         table = self._tables[name]
         return _conform(table.to_pyarrow_table(), schema)
 
-    def _frame(self, table: pa.Table) -> DataFrame:
-        return self._spark.createDataFrame(table)
-
     def _build(self, name: str, table: pa.Table) -> dict[str, DataFrame]:
         return prepared_frames(self._spark, name, table)
 

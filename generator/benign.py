@@ -13,12 +13,12 @@ import heapq
 import math
 import random
 
+from core.address_plan import INTERNAL_NETWORKS
 from generator import formats as fmt
 from generator.organization import (
     DHCP_SERVER_IP,
     DHCP_SERVER_NAME,
     DNS_SERVER_IP,
-    INTERNAL_NETWORKS,
     WINDOWS_DOMAIN,
     Host,
     Organization,
@@ -277,7 +277,6 @@ class Background:
         self.admins = org.admins
         self.remote = [u for u in org.users if u.remote_worker]
         self.home_ip: dict[str, str] = {u.name: external_ip(rng, u.country) for u in self.remote}
-        self.dns_host = org.host_by_name["dns-01"]
         self.ioc_values = {i.indicator for i in org.iocs}
         self.bastion = org.special("bastion")
         self.backup = org.special("backup")

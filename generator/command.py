@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.config import Settings
+from core.durations import parse_time
 from core.errors import UserError
 from generator.engine import SCENARIOS as ALL_SCENARIOS
 from generator.engine import Options, Simulation, iso
@@ -72,13 +73,7 @@ def parse_start(text: str | None, to_files: bool) -> float:
     if text is None:  # to Kafka, run() replaces it: paced_start or start_ending_now
         now = time.time()
         return float(int(now // 86400 * 86400)) if to_files else float(int(now))
-    try:
-        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise UserError(f"--start {text!r} is not an ISO 8601 time (e.g. 2026-01-05T08:00:00Z)", exit_code=2) from None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value.timestamp()
+    return parse_time(text, "--start").replace(tzinfo=dt.UTC).timestamp()
 
 
 def start_ending_now(opts: Options, org, now: float, passes: int = 3) -> float:
@@ -93,14 +88,15 @@ def start_ending_now(opts: Options, org, now: float, passes: int = 3) -> float:
         return now - opts.duration
     start = now - max(60.0, (opts.events or DEFAULT_EVENTS) / 150_000 * 3600)  # a working hour's rate as first guess
     for _ in range(passes):
-        span = _simulated_span(replace(opts, start=start), org)
+        span = simulated_span(replace(opts, start=start), org)
         if abs(start + span - now) <= 60:
             break
         start = now - span
     return float(int(start))
 
 
-def _simulated_span(opts: Options, org) -> float:
+def simulated_span(opts: Options, org) -> float:
+    """How many simulated seconds a run of ``opts`` over ``org`` covers (a dry run of the simulation, no output)."""
     sim = Simulation(opts, org)
     last = opts.start
     for n, (ts, *_rest) in enumerate(sim.events(), start=1):
@@ -248,6 +244,24 @@ def generate(opts: Options, sink, *, rate: float | None = None, speedup: float |
     if progress:
         progress.update(n, last_ts, opts.events, force=True)
     return sim, by_source, by_scenario, n, last_ts
+
+
+def generate_files(out, *, seed: int, hosts: int, users: int, start: float, duration: float,
+                   scenarios: dict[str, int], org_seed: int | None = None) -> tuple[list[dict], int]:
+    """Run the simulation (with any scenario, stealth ones included) into log files + ground truth under ``out``,
+    as ``nightjar generate --out`` does; returns (attack ground-truth rows, events written).
+
+    ``org_seed`` builds the organization from another seed than the activity: a fresh day (``seed``) of the same
+    organization a model was trained on."""
+    out = Path(out)
+    opts = Options(seed=seed, hosts=hosts, users=users, start=start, duration=duration, scenarios=scenarios)
+    sink = FileSink(out)
+    org = build_organization(seed if org_seed is None else org_seed, hosts, users)
+    sim, _by_source, _by_scenario, n, _last = generate(opts, sink, org=org)
+    sink.close()
+    attacks, negatives, _cut = sim.ground_truth()
+    write_files(out, sim.org, opts.start, attacks, negatives)
+    return attacks, n
 
 
 def summary(by_source: Counter, by_scenario: Counter, attacks: list, negatives: list, cut: list, n: int,

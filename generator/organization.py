@@ -12,27 +12,8 @@ from dataclasses import dataclass, field
 
 from faker import Faker
 
-# Internal networks: (cidr, zone, site, country, dhcp). DHCP zones hand out leases from the dhcpd pool.
-INTERNAL_NETWORKS: tuple[tuple[str, str, str, str, bool], ...] = (
-    ("10.10.0.0/22", "corp", "hq", "US", True),
-    ("10.10.8.0/24", "servers", "hq", "US", False),
-    ("10.10.9.0/24", "mgmt", "hq", "US", False),
-    ("10.10.64.0/23", "guest", "hq", "US", True),
-    ("172.16.10.0/24", "dmz", "hq", "US", False),
-    ("10.20.0.0/23", "corp", "london", "GB", True),
-    ("10.20.8.0/24", "servers", "london", "GB", False),
-    ("10.30.0.0/23", "corp", "berlin", "DE", True),
-)
-# External address space with a country (what a GeoIP lookup would say). Home-country ranges are where
-# remote employees connect from; the rest is the wider internet.
-EXTERNAL_NETWORKS: tuple[tuple[str, str], ...] = (
-    ("73.15.0.0/16", "US"), ("98.207.0.0/16", "US"), ("24.6.0.0/16", "US"),
-    ("81.2.64.0/18", "GB"), ("86.128.0.0/16", "GB"),
-    ("91.64.0.0/16", "DE"), ("84.128.0.0/16", "DE"),
-    ("185.220.100.0/22", "NL"), ("45.155.204.0/22", "RU"), ("61.177.172.0/22", "CN"),
-    ("5.188.10.0/23", "RU"), ("103.145.13.0/24", "VN"), ("177.54.128.0/20", "BR"),
-    ("104.16.0.0/13", "US"), ("142.250.0.0/15", "US"), ("151.101.0.0/16", "US"), ("13.32.0.0/15", "US"),
-)
+from core.address_plan import EXTERNAL_NETWORKS, INTERNAL_NETWORKS
+
 # Content-delivery / cloud ranges that benign web destinations resolve into.
 CLOUD_RANGES = ("104.16.0.0/13", "142.250.0.0/15", "151.101.0.0/16", "13.32.0.0/15")
 HOSTILE_RANGES = ("185.220.100.0/22", "45.155.204.0/22", "61.177.172.0/22", "5.188.10.0/23", "103.145.13.0/24",
@@ -122,9 +103,6 @@ class Organization:
     def __post_init__(self) -> None:
         self.host_by_name = {h.name: h for h in self.hosts}
         self.user_by_name = {u.name: u for u in self.users}
-
-    def by_role(self, role: str) -> list[Host]:
-        return [h for h in self.hosts if h.role == role]
 
     @property
     def servers(self) -> list[Host]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from core.address_plan import network_rows
 from core.config import (
     TABLE_ASSETS,
     TABLE_GROUND_TRUTH,
@@ -20,7 +21,7 @@ from core.config import (
     TABLE_NETWORKS,
     TABLE_USERS,
 )
-from generator.organization import EXTERNAL_NETWORKS, INTERNAL_NETWORKS, Organization
+from generator.organization import Organization
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -49,10 +50,7 @@ def users(org: Organization) -> pa.Table:
 
 
 def networks() -> pa.Table:
-    rows = [{"cidr": c, "zone": z, "site": s, "country": cc, "internal": True, "dhcp": d}
-            for c, z, s, cc, d in INTERNAL_NETWORKS]
-    rows += [{"cidr": c, "zone": "internet", "site": None, "country": cc, "internal": False, "dhcp": False}
-             for c, cc in EXTERNAL_NETWORKS]
+    rows = network_rows()
     schema = pa.schema([("cidr", pa.string()), ("zone", pa.string()), ("site", pa.string()), ("country", pa.string()),
                         ("internal", pa.bool_()), ("dhcp", pa.bool_())])
     return pa.Table.from_pylist(rows, schema)

@@ -12,15 +12,10 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.address_plan import EXTERNAL_NETWORKS
 from generator import formats as fmt
 from generator.benign import LEASE_TIME
-from generator.organization import (
-    EXTERNAL_NETWORKS,
-    HOSTILE_RANGES,
-    WINDOWS_DOMAIN,
-    external_ip,
-    random_ip_in,
-)
+from generator.organization import HOSTILE_RANGES, WINDOWS_DOMAIN, external_ip, random_ip_in
 
 
 @dataclass
@@ -45,7 +40,8 @@ COMMON_USERS = ("root", "admin", "ubuntu", "test", "oracle", "postgres", "git", 
                 "deploy", "pi", "guest", "jenkins", "hadoop", "mysql", "www-data", "centos", "ec2-user", "nagios")
 
 
-def _attacker_ip(sim) -> str:
+def attacker_ip(sim) -> str:
+    """A fresh hostile outside address: not a known IOC (that would be another rule's hit), not used before."""
     iocs = {i.indicator for i in sim.org.iocs}
     while True:
         ip = external_ip(sim.rng, hostile=True)
@@ -54,7 +50,8 @@ def _attacker_ip(sim) -> str:
             return ip
 
 
-def _online_client(sim, predicate=None):
+def online_client(sim, predicate=None):
+    """A random online client ``(host, ip)`` that satisfies ``predicate``; ``(None, None)`` when none is online."""
     cands = [(h, ip) for h, ip in sim.bg.online_clients() if predicate is None or predicate(h)]
     if not cands:
         return None, None
@@ -99,7 +96,7 @@ def _ssh_attempts(sim, t: float, src: str, target, names: list[str], per_conn: i
 
 def ssh_brute_force(sim, t0: float, budget: float, success: bool = False) -> Incident:
     rng = sim.rng
-    src = _attacker_ip(sim)
+    src = attacker_ip(sim)
     target = sim.org.special("bastion")
     n = rng.randint(40, 100)
     gap = min(3.0, max(0.3, budget * 0.6 / n))
@@ -122,7 +119,7 @@ def ssh_brute_force_success(sim, t0: float, budget: float) -> Incident:
 
 def password_spraying(sim, t0: float, budget: float) -> Incident:
     rng = sim.rng
-    src = _attacker_ip(sim)
+    src = attacker_ip(sim)
     target = sim.org.special("bastion")
     k = min(len(sim.org.users), rng.randint(15, 40))
     names = [u.name for u in rng.sample(sim.org.users, k)]
@@ -206,7 +203,7 @@ def windows_brute_force(sim, t0: float, budget: float) -> Incident | None:
     target = _windows_target(sim)
     if target is None:
         return None
-    src = _attacker_ip(sim)
+    src = attacker_ip(sim)
     n = rng.randint(40, 100)
     gap = min(3.0, max(0.3, budget * 0.6 / n))
     names = [rng.choice(WINDOWS_GUESSES[:3]) if rng.random() < 0.7 else rng.choice(WINDOWS_GUESSES) for _ in range(n)]
@@ -218,7 +215,7 @@ def windows_password_spraying(sim, t0: float, budget: float) -> Incident | None:
     """A compromised workstation trying one password against many domain accounts on a file server."""
     rng = sim.rng
     target = _windows_target(sim)
-    h, ip = _online_client(sim, lambda c: c.windows)
+    h, ip = online_client(sim, lambda c: c.windows)
     if target is None or h is None:
         return None
     k = min(len(sim.org.users), rng.randint(15, 40))
@@ -255,7 +252,7 @@ def _sweep_targets(rng, n: int, port: int) -> list[tuple[str, int]]:
 
 def port_scan_horizontal(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
     n = rng.randint(60, 250)
@@ -268,7 +265,7 @@ def port_scan_horizontal(sim, t0: float, budget: float) -> Incident | None:
 
 def port_scan_vertical(sim, t0: float, budget: float) -> Incident:
     rng = sim.rng
-    src = _attacker_ip(sim)
+    src = attacker_ip(sim)
     target = sim.org.special("web")
     n = rng.randint(200, 1000)
     ports = rng.sample(range(1, 10000), n)
@@ -277,16 +274,17 @@ def port_scan_vertical(sim, t0: float, budget: float) -> Incident:
     return Incident("ip", src, host_name=target.name, details={"target": target.static_ip, "ports": n})
 
 
-def _random_label(rng, n: int, alphabet: str = string.ascii_lowercase + string.digits) -> str:
+def random_label(rng, n: int, alphabet: str = string.ascii_lowercase + string.digits) -> str:
+    """``n`` random characters of ``alphabet``: DNS labels that look generated (tunnels, DGA domains)."""
     return "".join(rng.choices(alphabet, k=n))
 
 
 def dns_tunnelling(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
-    domain = f"{_random_label(rng, 6, string.ascii_lowercase)}-cdn.{rng.choice(('xyz', 'top', 'site'))}"
+    domain = f"{random_label(rng, 6, string.ascii_lowercase)}-cdn.{rng.choice(('xyz', 'top', 'site'))}"
     n = rng.randint(150, 400)
     gap = min(2.0, budget * 0.6 / n)
     sim.net.pin(h.name, t0 + budget)
@@ -302,7 +300,7 @@ def dns_tunnelling(sim, t0: float, budget: float) -> Incident | None:
 
 def dns_dga(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
     n = rng.randint(40, 120)
@@ -311,7 +309,7 @@ def dns_dga(sim, t0: float, budget: float) -> Incident | None:
     t = t0
     resolved = 0
     for _ in range(n):
-        name = _random_label(rng, rng.randint(12, 22), "bcdfghjklmnpqrstvwxz" + "aeiou" * 1) + "." + \
+        name = random_label(rng, rng.randint(12, 22), "bcdfghjklmnpqrstvwxz" + "aeiou" * 1) + "." + \
             rng.choice(("com", "net", "org", "info", "biz"))
         if rng.random() < 0.05:
             t = sim.bg.lookup(t, ip, name, [random_ip_in(rng, rng.choice(HOSTILE_RANGES))], ttl=60.0)
@@ -324,14 +322,14 @@ def dns_dga(sim, t0: float, budget: float) -> Incident | None:
 
 def c2_beaconing(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
     period = 60.0 if budget >= 40 * 60 else max(5.0, budget / 40)
     n = max(20, int(budget * 0.9 / period))
     jitter = rng.uniform(0.05, 0.2)
-    domain = f"{_random_label(rng, 8, string.ascii_lowercase)}.{rng.choice(('cloud', 'online', 'live'))}"
-    dst = _attacker_ip(sim)
+    domain = f"{random_label(rng, 8, string.ascii_lowercase)}.{rng.choice(('cloud', 'online', 'live'))}"
+    dst = attacker_ip(sim)
     sim.net.pin(h.name, t0 + budget)
     t = t0
     last_lookup = -1e18
@@ -348,7 +346,7 @@ def c2_beaconing(sim, t0: float, budget: float) -> Incident | None:
 
 def ioc_match(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
     ips = [i.indicator for i in sim.org.iocs if i.type == "ip"]
@@ -363,11 +361,11 @@ def ioc_match(sim, t0: float, budget: float) -> Incident | None:
 
 def exfiltration(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim)
+    h, ip = online_client(sim)
     if h is None:
         return None
-    dst = _attacker_ip(sim)
-    domain = f"files-{_random_label(rng, 5)}.{rng.choice(('io', 'cc', 'me'))}"
+    dst = attacker_ip(sim)
+    domain = f"files-{random_label(rng, 5)}.{rng.choice(('io', 'cc', 'me'))}"
     n = rng.randint(5, 15)
     sim.net.pin(h.name, t0 + budget)
     t = sim.bg.lookup(t0, ip, domain, [dst], ttl=300.0)

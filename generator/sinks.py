@@ -6,6 +6,7 @@ from pathlib import Path
 
 from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+from ingest.embedded_broker import check_reachable, ensure_topics
 
 SYSLOG_FILE = "syslog.log"
 ZEEK_FILE = "zeek.log"
@@ -41,8 +42,6 @@ class KafkaSink:
 
     def __init__(self, settings: Settings) -> None:
         from confluent_kafka import Producer
-
-        from ingest.embedded_broker import check_reachable, ensure_topics
 
         check_reachable(settings)
         ensure_topics(settings, TOPICS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import string
 
-from generator.scenarios import Incident, Scenario, _attacker_ip, _online_client, _random_label
+from generator.scenarios import Incident, Scenario, attacker_ip, online_client, random_label
 from generator.timeline import DAY
 
 LATERAL_PORTS = (445, 3389)
@@ -28,7 +28,7 @@ NIGHT_START_H, NIGHT_END_H = 22, 5
 
 def slow_lateral_movement(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim, lambda host: not host.laptop)  # a desktop stays online for the whole run
+    h, ip = online_client(sim, lambda host: not host.laptop)  # a desktop stays online for the whole run
     if h is None:
         return None
     peers = [p_ip for p, p_ip in sim.bg.online_clients() if p.name != h.name and not p.laptop]
@@ -53,11 +53,11 @@ def slow_lateral_movement(sim, t0: float, budget: float) -> Incident | None:
 
 def low_slow_exfiltration(sim, t0: float, budget: float) -> Incident | None:
     rng = sim.rng
-    h, ip = _online_client(sim, lambda host: not host.laptop)
+    h, ip = online_client(sim, lambda host: not host.laptop)
     if h is None:
         return None
-    dst = _attacker_ip(sim)
-    domain = f"{_random_label(rng, 6, string.ascii_lowercase)}-share.{rng.choice(('net', 'io', 'app'))}"
+    dst = attacker_ip(sim)
+    domain = f"{random_label(rng, 6, string.ascii_lowercase)}-share.{rng.choice(('net', 'io', 'app'))}"
     span = min(budget * 0.9, 2 * 3600.0)
     n = rng.randint(6, 12)
     total_target = rng.randint(60_000_000, 200_000_000)
@@ -121,29 +121,3 @@ STEALTH_NAMES: tuple[str, ...] = tuple(s.name for s in STEALTH_SCENARIOS)
 # for the night.
 STEALTH_BUDGETS: dict[str, float] = {"slow_lateral_movement": 7200, "low_slow_exfiltration": 7200,
                                      "night_service_login": 86400}
-
-
-def generate_files(out, *, seed: int, hosts: int, users: int, start: float, duration: float,
-                   scenarios: dict[str, int], org_seed: int | None = None) -> tuple[list[dict], int]:
-    """Run the simulation (with any scenario, stealth ones included) into log files + ground truth under ``out``,
-    as ``nightjar generate --out`` does; returns (attack ground-truth rows, events written).
-
-    ``org_seed`` builds the organization from another seed than the activity: a fresh day (``seed``) of the same
-    organization a model was trained on."""
-    from pathlib import Path
-
-    from generator.command import generate
-    from generator.engine import Options
-    from generator.organization import build_organization
-    from generator.reference_tables import write_files
-    from generator.sinks import FileSink
-
-    out = Path(out)
-    opts = Options(seed=seed, hosts=hosts, users=users, start=start, duration=duration, scenarios=scenarios)
-    sink = FileSink(out)
-    org = build_organization(seed if org_seed is None else org_seed, hosts, users)
-    sim, _by_source, _by_scenario, n, _last = generate(opts, sink, org=org)
-    sink.close()
-    attacks, negatives, _cut = sim.ground_truth()
-    write_files(out, sim.org, opts.start, attacks, negatives)
-    return attacks, n

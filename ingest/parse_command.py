@@ -18,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# parse`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import Settings
 from core.errors import UserError
 

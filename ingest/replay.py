@@ -35,6 +35,7 @@ from pathlib import Path
 
 from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+from ingest.embedded_broker import check_reachable, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +171,6 @@ def shifted(line: bytes, stamp: Stamp, offset: dt.timedelta) -> bytes:
 
 # --- reading ---------------------------------------------------------------------------------------------
 
-@dataclass
-class Line:
-    path: Path
-    number: int
-    raw: bytes
-    problem: str | None = None  # why the line is sent unchanged
-
-
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -262,8 +255,6 @@ def replay(settings: Settings, paths: list[Path], rate: float | None = None, shi
     Raises :class:`UserError` when Kafka cannot be reached or a record was not delivered.
     """
     from confluent_kafka import Producer
-
-    from ingest.embedded_broker import check_reachable, ensure_topics
 
     err = err or sys.stderr
     now = now or dt.datetime.now(dt.UTC)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from core.config import RAW_TOPICS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+from ingest.embedded_broker import check_reachable, ensure_topics
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,6 @@ def produce_samples(settings: Settings, count: int | None = None, rate: float | 
     raises :class:`UserError` if any delivery failed.
     """
     from confluent_kafka import Producer
-
-    from ingest.embedded_broker import check_reachable, ensure_topics
 
     check_reachable(settings)
     ensure_topics(settings, RAW_TOPICS)

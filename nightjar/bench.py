@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 
 from core.config import Settings
+from nightjar.cli import OneLineParser
 
 TARGETS: dict[str, tuple[str, str]] = {
     "ingest": ("nightjar.benchmarks.bench_ingest", "broker raw consume rate vs pipeline bronze ingest rate"),
@@ -31,11 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from nightjar.cli import _OneLineParser
-
     module_name, help_text = TARGETS[args.bench_target]
     module = importlib.import_module(module_name)
-    target = _OneLineParser(prog=f"nightjar bench {args.bench_target}", description=help_text)
+    target = OneLineParser(prog=f"nightjar bench {args.bench_target}", description=help_text)
     # Common options are accepted after the target too: `nightjar bench ingest --lake L`.
     target.add_argument("--bootstrap", metavar="HOST:PORT")
     target.add_argument("--lake", metavar="DIR")

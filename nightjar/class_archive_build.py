@@ -22,6 +22,10 @@ from pathlib import Path
 
 from core import class_archive
 from core.config import Settings
+from core.spark_session import build_spark
+from enrich.dhcp_sessions import attribute_batch, events_from
+from ingest.file_source import lines_dataframe
+from ingest.normalize import parse_records
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +76,6 @@ def _run_workload_and_exit(work: Path, dumped: Path) -> None:
     os.environ[class_archive.ENV_CLASS_ARCHIVE] = "off"
     from pyspark import SparkContext
 
-    from core.spark_session import build_spark
-
     settings = Settings(lake=work / "lake")
     # The dump names every class it cannot keep (generated, signed, pre-Java-6) at warning level on stdout: errors only,
     # to the JVM's log.
@@ -97,10 +99,6 @@ def _run_workload_and_exit(work: Path, dumped: Path) -> None:
 
 def _workload(spark, work: Path) -> None:  # type: ignore[no-untyped-def]
     """What most Nightjar commands load: a parse, the DHCP operator's Arrow exchange, a stateful stream."""
-    from enrich.dhcp_sessions import attribute_batch, events_from
-    from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records
-
     parsed = parse_records(lines_dataframe(spark, _SAMPLE_LINES))
     rows = events_from(attribute_batch(parsed, ["10.0.0.0/8"])).collect()
     if len(rows) != len(_SAMPLE_LINES):

@@ -18,7 +18,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from core.config import settings_from_env
+from core.clean_exit import run_as_program
+from core.config import OWNER_ONLY_UMASK, settings_from_env
 from core.errors import UserError
 
 # name -> (module, one-line help). Modules are imported lazily so that `nightjar --help` is instant
@@ -44,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse prints usage plus the error; scripts and people want one line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -67,8 +68,8 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """Build the parser; only the chosen subcommand's module is imported (``nightjar --help`` stays instant
     and one command never pays for another's imports: Spark, Streamlit, …)."""
     common = _common_options()
-    parser = _OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    parser = OneLineParser(prog="nightjar", description="Nightjar streaming security analytics")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_name, help_text) in COMMANDS.items():
@@ -96,9 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     reading several Delta tables otherwise aborts the interpreter at exit (status 134; see core/clean_exit.py).
     """
     if argv is None:
-        from core.clean_exit import run_as_program
-        from core.config import OWNER_ONLY_UMASK
-
         os.umask(OWNER_ONLY_UMASK)  # the lake, checkpoints and logs this program (and its JVM) creates: owner-only
         run_as_program(lambda: _main(sys.argv[1:]))
     return _main(argv)

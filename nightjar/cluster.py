@@ -32,7 +32,8 @@ from pathlib import Path
 from core.config import Settings
 from core.errors import UserError
 from core.lake import add_create_argument, require_lake
-from core.process_control import alive, start_time
+from core.process_control import alive, descendants, identify, reap, start_time
+from ingest.embedded_broker import port_is_open
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,6 @@ def cluster_up(layout: ClusterLayout, workers: int = 2, cores: int = 1, memory: 
     """Start the master and ``workers`` workers; return the master URL once every worker registered."""
     if any(_running_pid(layout, n) for n in layout.names()):
         raise UserError(f"a cluster already runs from {layout.state_dir}: `nightjar cluster down` first")
-    from ingest.embedded_broker import port_is_open
 
     for port in (layout.master_port, layout.ui_port):
         if port_is_open("127.0.0.1", port):
@@ -173,8 +173,6 @@ def cluster_up(layout: ClusterLayout, workers: int = 2, cores: int = 1, memory: 
 
 def cluster_down(layout: ClusterLayout) -> list[str]:
     """Stop every process the state directory names (workers first); returns the names of those that ran."""
-    from core.process_control import descendants, identify, reap
-
     stopped = []
     names = sorted(layout.names(), key=lambda n: n == "master")  # workers first: no re-registration noise
     tree: dict[int, int] = {}

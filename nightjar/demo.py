@@ -20,10 +20,15 @@ import threading
 import time
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# demo`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import ALL_TOPICS, DEFAULT_BROKER_PORT, TABLE_ALERTS, TABLE_BRONZE, TABLE_EVENTS, Settings
 from core.errors import UserError
-from core.lake import excluded_from_detection
+from core.lake import excluded_from_detection, is_delta_table, row_count
 from core.process_control import descendants, identify, reap, signal_group
+from core.triggers import parse_interval
+from dashboard.launcher import start_dashboard, wait_until_ready
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +88,11 @@ class _Children:
 
 
 def _rows(lake: Path, table: str) -> int:
-    from core.lake import is_delta_table, row_count
-
     return row_count(lake, table) if is_delta_table(lake / table) else 0
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from dashboard.launcher import start_dashboard, wait_until_ready
-    from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, port_is_open
-    from nightjar.pipeline import check_lake_writable, parse_interval
+    from nightjar.pipeline import check_lake_writable
 
     if args.duration is not None and args.duration <= 0:
         raise UserError("--duration must be positive", exit_code=2)

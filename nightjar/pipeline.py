@@ -45,11 +45,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar run`'s
+# arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
+# pySigma) (nightjar/cli.py).
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
     RAW_TOPICS,
-    TABLE_AUTH_SESSIONS,
     TABLE_BRONZE,
     TABLE_DHCP_SESSIONS,
     TABLE_EVENTS,
@@ -58,25 +60,35 @@ from core.config import (
     TABLE_QUARANTINE,
     Settings,
 )
-from core.durations import parse_duration, spark_interval
+from core.durations import parse_duration
 from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
 from core.fault_points import fault_point
 from core.lake import add_create_argument, require_lake
 from core.spark_session import (
     INGEST_QUERY_CONF,
+    build_spark,
     in_this_query,
     materialized,
     materialized_rows,
     release,
     session_conf,
 )
+from core.triggers import (
+    QUERIES,
+    QUERY_AUTH_SESSIONS,
+    QUERY_DETECT,
+    QUERY_INGEST,
+    QUERY_ML,
+    QUERY_WINDOWED,
+    QUERY_WINDOWED_APPEND,
+    Trigger,
+    parse_interval,
+)
+from ingest.embedded_broker import check_reachable, ensure_topics
+from ingest.normalize import parse_records
 
 log = logging.getLogger(__name__)
 
-QUERY_INGEST = "ingest"
-QUERY_DETECT = "detect"  # every detection query (windowed, windowed-append, one per own-plan Python rule)
-QUERY_AUTH_SESSIONS = TABLE_AUTH_SESSIONS  # as in enrich/auth_sessions.py: the query is named after its table
-QUERIES = (QUERY_INGEST, QUERY_DETECT, QUERY_AUTH_SESSIONS)
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0)
 DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the run gives up
 AUX_START_CAP_S = 120.0  # the longest a live run defers a query that is off the alert path (auth_sessions)
@@ -137,50 +149,6 @@ logging.getLogger("py4j.clientserver").addFilter(INTERRUPTED_BATCHES)
 logging.getLogger().addFilter(INTERRUPTED_BATCHES)  # py4j's java_gateway logs the cut connection on the root logger
 
 
-@dataclass(frozen=True)
-class Trigger:
-    """How often micro-batches run: ``available_now`` (drain and stop) or a processing-time interval."""
-
-    available_now: bool = False
-    interval: str = "1 second"
-
-    def apply(self, writer):  # DataStreamWriter -> DataStreamWriter
-        if self.available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=self.interval)
-
-    def at_least(self, interval: str) -> str | None:
-        """The interval of a query off the alert path that runs every ``interval`` but never more often than this
-        trigger; ``None`` for an available-now run (that query drains like every other)."""
-        if self.available_now:
-            return None
-        return max((interval, self.interval), key=parse_duration)
-
-    def slowed_to(self, interval: str) -> Trigger:
-        """This trigger for a query that runs at most every ``interval`` (see :meth:`at_least`)."""
-        slowed = self.at_least(interval)
-        return self if slowed is None else Trigger(interval=slowed)
-
-    def polling(self, interval: str) -> Trigger:
-        """This trigger for a query downstream of another that looks for new input every ``interval`` when this
-        trigger is slower: it still runs a batch only when its input has a new commit (the mirror of
-        :meth:`slowed_to`)."""
-        if self.available_now:
-            return self
-        return Trigger(interval=min((interval, self.interval), key=parse_duration))
-
-
-def parse_interval(text: str) -> str:
-    """``1s`` / ``500ms`` / ``2 minutes`` -> Spark's interval spelling; UserError on anything else."""
-    try:
-        seconds = parse_duration(text, "--trigger")
-    except ValueError as exc:
-        raise UserError(str(exc), exit_code=2) from None
-    if seconds <= 0:
-        raise UserError(f"--trigger {text!r} must be longer than zero", exit_code=2)
-    return spark_interval(seconds)
-
-
 def to_bronze(records: DataFrame) -> DataFrame:
     """Kafka records -> bronze rows: the record untouched plus the time the pipeline ingested it."""
     return records.select("key", "value", "topic", "partition", "offset", "timestamp", "headers",
@@ -206,7 +174,6 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     )
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
-    from ingest.normalize import parse_records
 
     paths = {name: settings.table_path(name)
              for name in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_DHCP_SESSIONS)}
@@ -370,7 +337,7 @@ class Supervisor:
     def _start_ml(self) -> None:
         """ML scoring (alerts/ml): its own small query, started when a trained model is in the lake; it picks up
         newer model versions between micro-batches by itself."""
-        from alerts.ml.ml_scoring import QUERY_ML, RULES, models_available, start_ml_scoring
+        from alerts.ml.ml_scoring import RULES, models_available, start_ml_scoring
 
         if QUERY_ML not in self.managed and models_available(self.settings):
             self._add(Managed(QUERY_ML, lambda: start_ml_scoring(self.spark, self.settings, self.trigger, self.health),
@@ -397,8 +364,6 @@ class Supervisor:
     def _sync_detection(self) -> None:
         """Start, restart or stop the detection queries so they match the current rules."""
         from alerts.detection_stream import (
-            QUERY_WINDOWED,
-            QUERY_WINDOWED_APPEND,
             own_query_name,
             start_own_query,
             start_windowed,
@@ -592,8 +557,6 @@ class Supervisor:
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
                  stop_event: threading.Event | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
     """Start the queries and supervise them until they finish (available-now), the run fails, or ``stop_event``."""
-    from core.spark_session import build_spark
-    from ingest.embedded_broker import check_reachable, ensure_topics
     from nightjar.progress_recorder import ProgressRecorder
 
     check_lake_writable(settings.lake)

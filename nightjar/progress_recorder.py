@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
+from alerts.detection_input import EXCLUDED_METRIC
 from core.errors import summarize_query_error
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,6 @@ def progress_row(progress: Any) -> dict[str, Any]:
 
 
 def _excluded(progress: Any) -> int | None:
-    from alerts.detection_input import EXCLUDED_METRIC
-
     metrics = progress.observedMetrics or {}
     counts = [row[EXCLUDED_METRIC] for row in metrics.values() if EXCLUDED_METRIC in row.asDict()]
     return int(sum(c or 0 for c in counts)) if counts else None

@@ -190,7 +190,7 @@ class Upkeep:
 _libc: ctypes.CDLL | None = None
 
 
-def _glibc() -> ctypes.CDLL | None:
+def glibc() -> ctypes.CDLL | None:
     """glibc, or None where the C library is another one (musl, macOS): then there is nothing to trim."""
     global _libc
     if _libc is None:
@@ -212,11 +212,11 @@ def release_free_heap() -> bool:
     does not. ``malloc_trim`` walks the arenas and releases the whole free pages (``MADV_DONTNEED``); free space
     smaller than a page, between live chunks, stays. It costs milliseconds and moves no live memory.
     """
-    libc = _glibc()
+    libc = glibc()
     return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
-def _rss_parts() -> dict[str, int]:
+def rss_parts() -> dict[str, int]:
     """The process's RSS split as the kernel sees it (bytes): anonymous (heaps) vs file-backed (libraries)."""
     out: dict[str, int] = {}
     try:
@@ -240,7 +240,7 @@ class _MallInfo2(ctypes.Structure):
 def _glibc_heap() -> tuple[int, int] | None:
     """(bytes glibc malloc holds from the OS, bytes of it free) via ``mallinfo2``: a large free share is
     fragmentation, not a leak. None where glibc (2.33+) is not the allocator."""
-    libc = _glibc()
+    libc = glibc()
     if libc is None:
         return None
     fn = libc.mallinfo2
@@ -302,7 +302,7 @@ class MemoryTrace:
         types = Counter(type(o).__name__ for o in gc.get_objects())
         snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
         traced, _peak = tracemalloc.get_traced_memory()
-        rss, heap = _rss_parts(), _glibc_heap()
+        rss, heap = rss_parts(), _glibc_heap()
         mib = 2 ** 20
         log.info("memtrace: rss %.0f MiB (anon %.0f, file %.0f), python traced %.1f MiB, glibc heap %s, "
                  "arrow %.1f MiB, gc objects %d",

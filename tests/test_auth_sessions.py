@@ -116,10 +116,11 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
         spark, own_broker, tmp_path, caplog):
     import logging
 
-    from alerts.detection_input import events_schema
     from alerts.detection_stream import events_stream
+    from alerts.events_schema_store import events_schema
+    from core.triggers import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger
     from enrich.auth_sessions import start_auth_sessions
-    from nightjar.pipeline import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger, run_pipeline
+    from nightjar.pipeline import run_pipeline
 
     lake = tmp_path / "lake"
     settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2)
@@ -251,7 +252,7 @@ def test_live_the_query_runs_on_its_own_slower_trigger_and_a_drain_stays_a_drain
     more often than the pipeline's trigger; an available-now run drains it like every other query."""
     from core.config import DEFAULT_AUTH_SESSIONS_TRIGGER, settings_from_env
     from core.errors import UserError
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     assert settings_from_env(environ={}).auth_sessions_trigger == DEFAULT_AUTH_SESSIONS_TRIGGER == "30 seconds"
     every = settings_from_env(environ={"NIGHTJAR_AUTH_SESSIONS_TRIGGER": "2m"}).auth_sessions_trigger

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.stealth_scenarios import generate_files
+from generator.command import generate_files
 from tests.cli_process import run_nightjar
 
 MONDAY = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()

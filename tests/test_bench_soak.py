@@ -29,7 +29,7 @@ from nightjar.benchmarks.bench_soak import (
     verdicts,
 )
 from nightjar.progress_recorder import PROGRESS_SCHEMA
-from nightjar.upkeep import TRACEMALLOC_ENV, MemoryTrace, Upkeep, _glibc
+from nightjar.upkeep import TRACEMALLOC_ENV, MemoryTrace, Upkeep, glibc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,7 +188,7 @@ def test_bad_arguments_are_one_line_exit_2(args: list[str], message: str) -> Non
 # (M_TRIM_THRESHOLD): every freed page is then kept, as the driver's were, and the figure is deterministic.
 _FRAGMENTED_HEAP = """
 import ctypes, gc, json
-from nightjar.upkeep import _rss_parts, release_free_heap
+from nightjar.upkeep import rss_parts, release_free_heap
 ctypes.CDLL("libc.so.6").mallopt(-1, 2 ** 30)  # M_TRIM_THRESHOLD
 blocks, survivors = [], []
 for _ in range(2000):
@@ -196,13 +196,13 @@ for _ in range(2000):
     survivors.append(b"y" * 2_000)
 del blocks
 gc.collect()
-held = _rss_parts()["RssAnon"]
+held = rss_parts()["RssAnon"]
 released = release_free_heap()
-print(json.dumps({"held": held, "after": _rss_parts()["RssAnon"], "released": released}))
+print(json.dumps({"held": held, "after": rss_parts()["RssAnon"], "released": released}))
 """
 
 
-@pytest.mark.skipif(_glibc() is None, reason="malloc_trim is glibc's")
+@pytest.mark.skipif(glibc() is None, reason="malloc_trim is glibc's")
 def test_release_free_heap_returns_freed_pages_that_glibc_keeps() -> None:
     proc = subprocess.run([sys.executable, "-c", _FRAGMENTED_HEAP], cwd=REPO, capture_output=True, text=True,
                           timeout=120, check=True)

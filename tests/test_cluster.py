@@ -40,7 +40,8 @@ def alert_ids(lake: Path) -> set[str]:
 @pytest.mark.timeout(1800)
 def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path):
     from alerts.rule_loader import BUILTIN_RULES
-    from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, run_pipeline
+    from core.triggers import QUERY_DETECT, QUERY_INGEST, Trigger
+    from nightjar.pipeline import run_pipeline
 
     rules = tmp_path / "rules"
     rules.mkdir()

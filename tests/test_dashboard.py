@@ -19,6 +19,8 @@ from deltalake import write_deltalake
 
 from core.config import TABLE_BRONZE, TABLE_DHCP_SESSIONS, TABLE_PIPELINE_PROGRESS, Settings
 from core.errors import UserError
+from dashboard.alerts_data import entity_context
+from dashboard.entities import dhcp_history
 from dashboard.queries import (
     LEASE_COLUMNS,
     current_leases,
@@ -160,6 +162,20 @@ def test_current_leases_by_mac_or_host_name(dhcp_lake: Path) -> None:
     assert current_leases(dhcp_lake, mac_or_host="000c.29dd.0e04")["hostname"].tolist() == ["nas-d"]
     assert current_leases(dhcp_lake, mac_or_host="LAPTOP-BRAVO")["mac"].tolist() == [MAC_B]
     assert current_leases(dhcp_lake, mac_or_host=HOST_A).empty  # A's only session is closed
+
+
+def test_entity_pages_and_alert_context_show_each_session_in_its_current_state(dhcp_lake: Path) -> None:
+    """The entity page's DHCP history and an alert's entity context read the same current sessions as the lease
+    history: the closed-wins tie, the host name a renewal did not repeat, the holder at the alert's time first."""
+    by_ip = dhcp_history(dhcp_lake, "ip", MOVED_IP)
+    assert by_ip[["mac", "hostname", "state"]].values.tolist() == [[MAC_B, HOST_B, "open"], [MAC_A, HOST_A, "closed"]]
+    assert dhcp_history(dhcp_lake, "host", "PRINTER-C")[["state", "end_reason"]].values.tolist() == [
+        ["closed", "release"]]
+    assert dhcp_history(dhcp_lake, "mac", MAC_D)["ip"].tolist() == ["10.20.0.70"]
+    context = entity_context(dhcp_lake, "ip", MOVED_IP, at=_at(10, 20))[TABLE_DHCP_SESSIONS]
+    assert context[["mac", "hostname", "held_at_alert"]].values.tolist() == [[MAC_A, HOST_A, True],
+                                                                            [MAC_B, HOST_B, False]]
+    assert entity_context(dhcp_lake, "host", HOST_A)[TABLE_DHCP_SESSIONS]["state"].tolist() == ["closed"]
 
 
 def test_dhcp_queries_without_the_table(lake: Path) -> None:

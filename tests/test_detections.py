@@ -18,9 +18,10 @@ from confluent_kafka import Consumer, TopicPartition
 from alerts.rule_loader import BUILTIN_RULES
 from core.config import TABLE_ALERTS, TOPIC_ALERTS, Settings
 from core.lake import table_dataset
+from core.triggers import QUERY_DETECT, QUERY_INGEST, Trigger
 from generator.scenarios import ATTACKS
 from ingest.embedded_broker import EmbeddedBroker, free_port
-from nightjar.pipeline import QUERY_DETECT, QUERY_INGEST, Trigger, run_pipeline
+from nightjar.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parent.parent
 START = "2026-03-09T09:00:00Z"
@@ -73,7 +74,7 @@ def newest_alerts(lake: Path) -> dict[str, dict]:
 def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raises_the_same_ids(
         spark, broker_for_detections, tmp_path):
     from alerts.backtest import backtest, read_events
-    from alerts.detection_input import events_schema
+    from alerts.events_schema_store import events_schema
     from alerts.rule_loader import load_rules
     from alerts.scoring import score
 

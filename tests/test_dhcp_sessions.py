@@ -185,7 +185,8 @@ def normalized(row: dict) -> str:
 
 
 def test_an_indicator_added_while_the_pipeline_runs_is_matched_from_the_next_batch_on(spark, own_broker, tmp_path):
-    from nightjar.pipeline import Trigger, run_pipeline
+    from core.triggers import Trigger
+    from nightjar.pipeline import run_pipeline
 
     lake = tmp_path / "lake"
     seed_reference_tables(lake)

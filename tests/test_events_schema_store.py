@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts import detection_input, events_schema_store
+from alerts import events_schema_store
 from alerts.events_schema_store import REFRESH_COMMAND, SHIPPED, fingerprint, load, save
 
 
@@ -19,7 +19,7 @@ def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_shipped_schema_is_the_one_the_code_derives_for_this_code_version(spark) -> None:
     shipped = json.loads(SHIPPED.read_text())
-    derived = detection_input.derive_events_schema(spark).jsonValue()
+    derived = events_schema_store.derive_events_schema(spark).jsonValue()
     assert shipped["schema"] == derived, f"the parsers changed the events schema: run {REFRESH_COMMAND}"
     assert shipped["fingerprint"] == fingerprint(), f"the schema's sources changed: run {REFRESH_COMMAND}"
 
@@ -67,15 +67,15 @@ def test_events_schema_reads_the_stored_schema_instead_of_deriving_it(spark, pri
     save(fingerprint(), planted)
     # A fresh per-context cache for this test, the old one back after it (deleting one key left the planted schema
     # cached for every later test when no earlier test had cached the real one).
-    monkeypatch.setattr(detection_input, "_SCHEMAS", {})
-    assert detection_input.events_schema(spark).fieldNames() == ["planted"]
+    monkeypatch.setattr(events_schema_store, "_SCHEMAS", {})
+    assert events_schema_store.events_schema(spark).fieldNames() == ["planted"]
 
 
 def test_events_schema_derives_and_stores_it_when_nothing_is_stored(spark, private_cache, monkeypatch) -> None:
     monkeypatch.setattr(events_schema_store, "SHIPPED", private_cache / "absent.json")
     # A fresh per-context cache for this test, the old one back after it (deleting one key left the planted schema
     # cached for every later test when no earlier test had cached the real one).
-    monkeypatch.setattr(detection_input, "_SCHEMAS", {})
-    schema = detection_input.events_schema(spark)
+    monkeypatch.setattr(events_schema_store, "_SCHEMAS", {})
+    schema = events_schema_store.events_schema(spark)
     assert "event" in schema.fieldNames() and "@timestamp" in schema.fieldNames()
     assert load(fingerprint()) == schema.jsonValue()  # the next start reads it

@@ -601,7 +601,7 @@ def test_an_unpaced_run_to_kafka_replays_the_recent_past_ending_now():
     without --start its simulated period ends at the time it is run."""
     from dataclasses import replace
 
-    from generator.command import _simulated_span, start_ending_now
+    from generator.command import simulated_span, start_ending_now
     from generator.engine import Options
     from generator.organization import build_organization
 
@@ -609,7 +609,7 @@ def test_an_unpaced_run_to_kafka_replays_the_recent_past_ending_now():
     opts = Options(seed=3, hosts=60, users=30, events=20_000)
     org = build_organization(opts.seed, opts.hosts, opts.users)
     start = start_ending_now(opts, org, now)
-    end = start + _simulated_span(replace(opts, start=start), org)
+    end = start + simulated_span(replace(opts, start=start), org)
     assert start < now - 600 and abs(end - now) <= 120, (now - start, end - now)
     assert start_ending_now(replace(opts, events=None, duration=900.0), org, now) == now - 900
 

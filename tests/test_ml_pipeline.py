@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from alerts.ml.features import FEATURE_COLUMNS, entity_features, shannon_entropy
-from generator.stealth_scenarios import STEALTH_NAMES, generate_files
+from generator.command import generate_files
+from generator.stealth_scenarios import STEALTH_NAMES
 
 # Parsing the generated logs through the pipeline's transformations takes minutes on the shared two-core machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -147,8 +148,9 @@ def test_batch_and_stream_give_the_same_features_and_the_same_ml_alerts(spark, e
     The stream reads only the features' INPUT_COLUMNS, as the scoring query does, and the batch the whole table: a
     column the features use but the list lacks fails the stream's analysis, a leaf read wrongly changes a feature."""
     from alerts.backtest import read_events
-    from alerts.detection_input import detection_input, events_schema
+    from alerts.detection_input import detection_input
     from alerts.detection_stream import events_stream
+    from alerts.events_schema_store import events_schema
     from alerts.ml.features import INPUT_COLUMNS
     from alerts.ml.ml_command import score_window
     from core.config import DEFAULT_ML_WATERMARK, Settings
@@ -202,7 +204,7 @@ def test_a_login_comes_from_the_machine_behind_the_address_not_the_address(event
 
 def test_the_rule_pack_stays_silent_on_the_stealth_scenarios(spark, events, generated):
     from alerts.backtest import backtest
-    from alerts.detection_input import events_schema
+    from alerts.events_schema_store import events_schema
     from alerts.ml.history import ground_truth
     from alerts.rule_loader import BUILTIN_RULES, load_rules
 
@@ -257,7 +259,7 @@ def test_the_scoring_query_alerts_once_to_kafka_and_delta_through_the_alert_path
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import TABLE_ALERTS
     from core.lake import table_dataset
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
     from tests.test_detections import alert_messages
 
     write_in_three_commits(events["eval"], settings.lake)
@@ -312,7 +314,7 @@ def test_the_ml_trigger_setting_one_duration_syntax_never_faster_than_the_pipeli
     from alerts.ml.ml_scoring import ml_interval
     from core.config import DEFAULT_ML_TRIGGER, Settings, settings_from_env
     from core.errors import UserError
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     assert settings_from_env(environ={}).ml_trigger == DEFAULT_ML_TRIGGER == "60 seconds"
     assert settings_from_env(environ={"NIGHTJAR_ML_TRIGGER": "30s"}).ml_trigger == "30 seconds"
@@ -367,7 +369,7 @@ def test_the_live_scoring_query_runs_on_its_own_trigger_in_the_ml_pool(spark, ev
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import Settings
     from core.spark_session import POOL_PROPERTY
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     settings = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "lake", shuffle_partitions=2,
                         ml_trigger="45 seconds")
@@ -394,7 +396,7 @@ def test_without_a_usable_model_the_scoring_query_still_runs_its_batches(spark, 
     query, which then restarted for ever)."""
     from alerts.ml.ml_scoring import start_ml_scoring
     from core.config import Settings
-    from nightjar.pipeline import Trigger
+    from core.triggers import Trigger
 
     settings = Settings(lake=tmp_path / "lake", shuffle_partitions=2)
     write_in_three_commits(events["eval"], settings.lake)

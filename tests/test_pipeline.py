@@ -23,16 +23,10 @@ from core.config import (
 )
 from core.errors import DataLossError
 from core.lake import is_delta_table, row_count, table_dataset
+from core.triggers import QUERY_AUTH_SESSIONS, QUERY_DETECT, QUERY_INGEST, Trigger, parse_interval
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
 from nightjar import pipeline
-from nightjar.pipeline import (
-    QUERY_AUTH_SESSIONS,
-    QUERY_DETECT,
-    QUERY_INGEST,
-    Trigger,
-    parse_interval,
-    run_pipeline,
-)
+from nightjar.pipeline import run_pipeline
 from tests.kafka_records import produce
 
 REPO = Path(__file__).resolve().parent.parent

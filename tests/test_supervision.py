@@ -22,8 +22,9 @@ from core.config import (
     Settings,
 )
 from core.lake import row_count, table_dataset
+from core.triggers import Trigger
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port
-from nightjar.pipeline import Trigger, run_pipeline
+from nightjar.pipeline import run_pipeline
 
 T0 = 1_773_050_000.0  # 2026-03-09 10:33:20 UTC
 

@@ -22,6 +22,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
+from enrich.dhcp_sessions import attribute_batch, events_from
+from enrich.reference_data import reference_from_tables
+from enrich.static_joins import enrich_static
+from ingest.file_source import BRONZE_ARROW_SCHEMA, FILE_TOPIC, read_lines
+from ingest.normalize import SOURCE_FILE_HEADER, parse_records
 
 LOG_FILES = ("syslog.log", "zeek.log")
 BRONZE_CACHE = "bronze.parquet"  # directory beside the logs: the lines as bronze rows, for Spark to read in splits
@@ -46,9 +51,6 @@ def bronze_parquet(files: list[Path], target: Path) -> Path:
     files under ``target``; reused when it is newer than every log file. Streams the lines: bounded memory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from ingest.file_source import BRONZE_ARROW_SCHEMA, FILE_TOPIC, read_lines
-    from ingest.normalize import SOURCE_FILE_HEADER
 
     done = target / "_SUCCESS"
     if done.exists() and all(done.stat().st_mtime >= f.stat().st_mtime for f in files):
@@ -87,11 +89,6 @@ def bronze_parquet(files: list[Path], target: Path) -> Path:
 
 def events_from_generated(spark: SparkSession, out_dir: Path) -> DataFrame:
     """The enriched events of a ``nightjar generate --out DIR`` directory (log files + reference tables)."""
-    from enrich.dhcp_sessions import attribute_batch, events_from
-    from enrich.reference_data import reference_from_tables
-    from enrich.static_joins import enrich_static
-    from ingest.normalize import parse_records
-
     files = [out_dir / f for f in LOG_FILES if (out_dir / f).exists()]
     if not files:
         raise FileNotFoundError(f"no generated log files ({', '.join(LOG_FILES)}) in {out_dir}")

@@ -24,19 +24,24 @@ from pathlib import Path
 
 import pandas as pd
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar ml`'s
+# arguments, and --help or a bad argument must not wait for Spark's side of the pipeline (nightjar/cli.py).
 from alerts.ml import behaviour_model, domain_model
-from alerts.ml.features import SLIDE_SECONDS
-from alerts.ml.model_store import ModelRefused, feature_digest, load, read_metadata, save, versions
-from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, ML_MODELS, Settings
+from alerts.ml.features import SLIDE_SECONDS, entity_features
+from alerts.ml.model_store import (
+    ModelRefused,
+    check_compatible,
+    feature_digest,
+    load,
+    read_metadata,
+    save,
+    versions,
+)
+from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, ML_MODELS, TABLE_GROUND_TRUTH, Settings
+from core.durations import parse_time
 from core.errors import UserError
 
 HOLDOUT = 0.25  # the last quarter of the training window calibrates the thresholds
-
-
-def _time(text: str | None, flag: str) -> dt.datetime | None:
-    from alerts.backtest import _time as parse_time
-
-    return parse_time(text, flag)
 
 
 def _progress(msg: str) -> None:
@@ -47,8 +52,6 @@ def feature_frame(spark, settings: Settings, generated: Path | None, start: dt.d
                   end: dt.datetime | None) -> tuple[pd.DataFrame, list[str]]:
     """(entity-hour features of the window as pandas, distinct queried names of the window)."""
     from pyspark.sql import functions as F
-
-    from alerts.ml.features import entity_features
 
     if generated is not None:
         from alerts.ml.history import events_from_generated
@@ -230,7 +233,6 @@ def _incidents(settings: Settings, generated: Path | None) -> list[dict]:
         from alerts.ml.history import ground_truth
 
         return ground_truth(generated)
-    from core.config import TABLE_GROUND_TRUTH
     from core.lake import is_delta_table, table_dataset
 
     if not is_delta_table(settings.lake / TABLE_GROUND_TRUTH):
@@ -281,7 +283,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _list(settings: Settings, as_json: bool) -> int:
     from alerts.ml.ml_scoring import MODEL_FEATURES
-    from alerts.ml.model_store import check_compatible
 
     found = False
     for name in ML_MODELS:
@@ -309,7 +310,7 @@ def _list(settings: Settings, as_json: bool) -> int:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.ml_command == "list":
         return _list(settings, args.json)
-    start, end = _time(args.start, "--from"), _time(args.end, "--to")
+    start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
     if start and end and start >= end:
         raise UserError("--from must be before --to", exit_code=2)
     if args.generated is not None and not args.generated.is_dir():

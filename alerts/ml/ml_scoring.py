@@ -28,13 +28,20 @@ from typing import Any
 import pandas as pd
 
 from alerts.alert_builder import RuleMeta
+from alerts.detection_input import detection_input
+from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_stream
+from alerts.events_schema_store import events_schema
 from alerts.ml import behaviour_model, domain_model
-from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, Settings
+from alerts.ml.features import INPUT_COLUMNS, entity_features
+from alerts.ml.model_store import ModelTracker, versions
+from core.config import DEFAULT_ML_WATERMARK, ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, Settings
+from core.errors import short_batch_errors
 from core.spark_session import PoolCheck, scheduler_pool
+from core.triggers import QUERY_ML, Trigger
+from ingest.normalize import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 
-QUERY_ML = "ml"
 APP_ID = f"nightjar.{QUERY_ML}"
 SCHEDULER_POOL = "ml"  # a pool of core/resources/fairscheduler.xml
 BEHAVIOUR_FEATURES: tuple[str, ...] = behaviour_model.SIGNATURE
@@ -115,8 +122,6 @@ class BroadcastModels:
     """The current model bundles as one Spark broadcast, rebuilt only when a model version changes."""
 
     def __init__(self, spark, settings: Settings) -> None:
-        from alerts.ml.model_store import ModelTracker
-
         self.spark = spark
         self.trackers = {name: ModelTracker(settings.lake, name, feats) for name, feats in MODEL_FEATURES.items()}
         self.versions: dict[str, str | None] = {}
@@ -165,18 +170,16 @@ def score_batch(features, bc) -> list[dict]:
 
 def models_available(settings: Settings) -> bool:
     """Whether any model version is stored (the scoring query is not started before the first ``ml train``)."""
-    from alerts.ml.model_store import versions
-
     return any(versions(settings.lake, name) for name in MODEL_FEATURES)
 
 
-def ml_interval(settings: Settings, trigger) -> str | None:
+def ml_interval(settings: Settings, trigger: Trigger) -> str | None:
     """The scoring query's processing-time interval: ``settings.ml_trigger``, but never shorter than the pipeline's
     own trigger; ``None`` for an available-now run (the query drains like every other)."""
     return trigger.at_least(settings.ml_trigger)
 
 
-def start_ml_scoring(spark, settings: Settings, trigger, health=None):
+def start_ml_scoring(spark, settings: Settings, trigger: Trigger, health=None):
     """The ``ml`` streaming query: events -> entity-hour features (watermarked) -> scored -> alerts.
 
     Started with the driver thread's scheduler pool set to :data:`SCHEDULER_POOL`: the query's thread copies the
@@ -184,13 +187,6 @@ def start_ml_scoring(spark, settings: Settings, trigger, health=None):
     property is reset at once so that queries started later from this thread stay in the default pool.
     """
     from pyspark.sql import functions as F
-
-    from alerts.detection_input import detection_input, events_schema
-    from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_stream
-    from alerts.ml.features import INPUT_COLUMNS, entity_features
-    from core.config import DEFAULT_ML_WATERMARK
-    from core.errors import short_batch_errors
-    from ingest.normalize import EVENT_TIME_COLUMN
 
     models = BroadcastModels(spark, settings)
     folder = AlertFolder(settings, APP_ID, dict(RULES))

@@ -28,7 +28,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.config import TABLE_ALERTS, TABLE_EVENTS, Settings
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# dashboard`'s arguments, and --help or a bad argument must not wait for Spark, Streamlit and DuckDB
+# (nightjar/cli.py).
+from core.config import TABLE_ALERTS, TABLE_EVENTS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,10 +73,6 @@ def _reference_row(line: str) -> dict:
     if isinstance(row.get("first_seen"), str):
         row["first_seen"] = dt.datetime.fromisoformat(row["first_seen"].replace("Z", "+00:00"))
     return row
-
-
-def _zeek_time(line: bytes) -> float:
-    return float(json.loads(line)["ts"])
 
 
 def add_bulk_events(lake: Path, total: int, seed: int = 8, parsed: int = 100_000, chunk: int = 100_000,
@@ -129,7 +128,6 @@ def _parse_generated(lake: Path, events: int, before: dt.datetime, seed: int, ch
     import pyarrow as pa
 
     from alerts.python_rules import dhcp_networks, enriched_events
-    from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
     from core.spark_session import build_spark
     from enrich.reference_data import reference_from_tables
     from ingest.file_source import BRONZE_ARROW_SCHEMA

@@ -21,8 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.config import TABLE_EVENTS, TABLE_NETWORKS, TABLE_PIPELINE_PROGRESS, Settings
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# enrich`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
+from core.config import RAW_TOPICS, TABLE_EVENTS, TABLE_NETWORKS, TABLE_PIPELINE_PROGRESS, Settings
 from core.errors import UserError
+from core.triggers import QUERIES, QUERY_INGEST, QUERY_WINDOWED, Trigger, parse_interval
+from generator.sinks import KafkaSink
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,16 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from alerts.detection_stream import QUERY_WINDOWED
-    from core.config import RAW_TOPICS
     from core.lake import table_dataset
     from generator.command import add_arguments as generator_arguments
     from generator.command import generate, options_from_args
     from generator.organization import build_organization
     from generator.reference_tables import write_lake
-    from generator.sinks import KafkaSink
-    from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, run_pipeline
+    from nightjar.pipeline import run_pipeline
 
     if args.duration <= 0 or args.max_offsets_per_trigger <= 0:
         raise UserError("--duration and --max-offsets-per-trigger must be positive", exit_code=2)
@@ -105,7 +106,7 @@ def _live(settings: Settings, opts, sink, org, args: argparse.Namespace) -> None
     import threading
 
     from generator.command import generate
-    from nightjar.pipeline import QUERIES, QUERY_INGEST, Trigger, parse_interval, run_pipeline
+    from nightjar.pipeline import run_pipeline
 
     stop = threading.Event()
     produced: list[int] = []

@@ -18,8 +18,12 @@ import time
 import uuid
 from pathlib import Path
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# ingest`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import Settings
 from core.errors import UserError
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
+from ingest.sample_producer import sample_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +39,6 @@ def _produce(settings: Settings, topics: tuple[str, str], n: int) -> float:
 
     from confluent_kafka import Producer
     from tqdm import tqdm
-
-    from ingest.sample_producer import sample_lines
 
     lines = sample_lines(random.Random(7), dt.datetime.now(dt.UTC))
     producer = Producer(settings.kafka_config() | {"linger.ms": 20, "batch.num.messages": 10_000,
@@ -116,8 +118,6 @@ def _pipeline(settings: Settings, topics: tuple[str, str], n: int, lake: Path, m
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-
     if args.events <= 0 or args.max_offsets_per_trigger <= 0:
         raise UserError("--events and --max-offsets-per-trigger must be positive", exit_code=2)
     suffix = uuid.uuid4().hex[:6]

@@ -32,8 +32,12 @@ from pathlib import Path
 
 import psutil
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# parse`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
+from ingest.sample_producer import sample_lines
 
 BAD_LINES = (b"not syslog at all", b'{"_path":"conn","ts":15219', b"\xff\xfe\x00 binary", b"")
 
@@ -63,8 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def workload(n: int, bad_percent: float, seed: int = 7) -> list[tuple[str, bytes]]:
     """``n`` (kind, raw) records, kind ``syslog`` or ``zeek``."""
-    from ingest.sample_producer import sample_lines
-
     rng = random.Random(seed)
     lines = sample_lines(random.Random(seed), dt.datetime.now(dt.UTC))
     out = []
@@ -333,8 +335,6 @@ def batch_figures(args: argparse.Namespace, settings: Settings, spark, records: 
 def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: list[tuple[str, bytes]],
                 show) -> dict[str, object]:
     """bronze -> events in the stream, under each events contract, from the same topics (v2 first, then v1)."""
-    from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-
     broker = None
     if settings.bootstrap is None:
         broker = EmbeddedBroker().start()

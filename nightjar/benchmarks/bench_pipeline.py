@@ -56,12 +56,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# pipeline`'s arguments, and --help or a bad argument must not wait for pyspark, pandas and scikit-learn
+# (nightjar/cli.py).
 from core.config import (
     ALL_TOPICS,
     RAW_TOPICS,
     TABLE_ALERTS,
     TABLE_BRONZE,
     TABLE_EVENTS,
+    TABLE_NETWORKS,
     TABLE_PIPELINE_PROGRESS,
     TABLE_QUARANTINE,
     TOPIC_ALERTS,
@@ -69,11 +73,12 @@ from core.config import (
 )
 from core.errors import UserError
 from core.process_control import descendants, identify, reap, signal_group
+from core.triggers import QUERY_INGEST, QUERY_ML, QUERY_WINDOWED, parse_interval
+from ingest.embedded_broker import EmbeddedBroker, ensure_topics
 
 MODES = ("drained", "live", "step-up", "live-ml", "all")  # all = drained, live, step-up
 ML_ORDERS = ("without-first", "with-first")
 TARGET_ML_P50_RATIO = 1.2  # issue #15: scoring adds <= 20 % to the event->alert p50
-QUERY_ML = "ml"  # = alerts.ml.ml_scoring.QUERY_ML; that module (pandas, models) is imported only when a model is used
 DEFAULT_START = "2026-03-10T09:00:00Z"  # a past Tuesday, 09:00 UTC: a working hour, nothing in the future
 DEFAULT_RATES = "1000,2500,5000,7500,10000"
 TARGET_DRAINED_EPS = 15_000
@@ -82,7 +87,6 @@ TARGET_STEP_EPS = 5_000
 SINGLE_EVENT_FALLBACK = ("ioc_match", "sudo_non_admin")  # when pipeline_progress names no rule's query
 STATUS_EVERY_S = 15.0
 STOP_GRACE_S = 60.0  # `nightjar run` stops after its current micro-batch
-QUERY_INGEST, QUERY_WINDOWED = "ingest", "windowed"
 STAGES = ("kafka read", "parse", "lease attribution", "reference joins", "delta write (events)",
           "single-event rules", "correlations")
 
@@ -169,7 +173,8 @@ class LoadSampler:
                 "max_1m": round(max(one), 2), "samples": len(rows), "cpus": os.cpu_count()}
 
 
-def _load_text(load: dict[str, Any]) -> str:
+def load_text(load: dict[str, Any]) -> str:
+    """The machine's load while a benchmark ran, as one line of its report."""
     return (f"load average (1 min) mean {load['mean_1m']:.2f}, max {load['max_1m']:.2f} on {load['cpus']} cpus "
             f"(start {'/'.join(f'{x:.2f}' for x in load['start'])}, end {'/'.join(f'{x:.2f}' for x in load['end'])})")
 
@@ -190,7 +195,7 @@ class Children:
         self.procs: dict[str, subprocess.Popen] = {}
         self.seen: dict[int, int] = {}  # pid -> start time of every descendant seen
 
-    def start(self, name: str, args: list[str], stdout_file: bool = True) -> subprocess.Popen:
+    def start(self, name: str, args: list[str]) -> subprocess.Popen:
         log_path = self.logs / f"{name}.log"
         out = open(log_path, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -406,7 +411,8 @@ def raw_consume(settings: Settings, topics: tuple[str, ...], expected: int) -> d
 
 
 # -- lake reads (no Spark) ------------------------------------------------------------------------------------------
-def _rows(lake: Path, table: str, columns: list[str] | None = None) -> list[dict]:
+def table_rows(lake: Path, table: str, columns: list[str] | None = None) -> list[dict]:
+    """A lake table's rows (those of ``columns`` it has), read without Spark; none while the table does not exist."""
     from core.lake import is_delta_table, table_dataset
 
     if not is_delta_table(lake / table):
@@ -424,7 +430,7 @@ def _count(lake: Path, table: str) -> int:
 
 
 def _progress(lake: Path) -> list[dict]:
-    return _rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
+    return table_rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
                                                  "batch_duration_ms", "state_rows", "rule_id"])
 
 
@@ -438,7 +444,7 @@ def _batch_end(p: dict) -> dt.datetime:
     return p["timestamp"] + dt.timedelta(milliseconds=p["batch_duration_ms"] or 0)
 
 
-def _log_problems(path: Path, limit: int = 12) -> list[str]:
+def log_problems(path: Path, limit: int = 12) -> list[str]:
     """ERROR/WARNING lines and Python tracebacks' last lines of a child's log (the evidence for the report)."""
     try:
         lines = path.read_text(errors="replace").splitlines()
@@ -486,8 +492,6 @@ class Bench:
         self.load = LoadSampler().start()
 
     def fresh(self, mode: str) -> tuple[Settings, Path]:
-        from ingest.embedded_broker import EmbeddedBroker, ensure_topics
-
         broker = EmbeddedBroker(log_file=self.workdir / f"broker-{mode}.log").start()
         self.brokers.append(broker)
         lake = self.workdir / mode / "lake"
@@ -583,7 +587,7 @@ def drained(bench: Bench) -> dict[str, Any]:
     startup_s = (first_start.timestamp() - wall0) if first_start else None
 
     counts = {t: _count(lake, t) for t in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_ALERTS)}
-    alert_rows = _rows(lake, TABLE_ALERTS, ["alert_id", "rule_id", "revision"])
+    alert_rows = table_rows(lake, TABLE_ALERTS, ["alert_id", "rule_id", "revision"])
     by_rule: dict[str, int] = defaultdict(int)
     for a in alert_rows:
         if a["revision"] == 1:
@@ -613,7 +617,7 @@ def drained(bench: Bench) -> dict[str, Any]:
         "alerts": {"raised": sum(by_rule.values()), "revisions": len(alert_rows), "published_kafka": published,
                    "by_rule": dict(sorted(by_rule.items()))},
         "target_events_per_s": TARGET_DRAINED_EPS,
-        "log_problems": _log_problems(bench.children.log("drained-run")),
+        "log_problems": log_problems(bench.children.log("drained-run")),
     }
     result["target_met"] = failure is None and eps_e2e >= TARGET_DRAINED_EPS
     result["target_met_since_first_batch"] = failure is None and (eps_first or 0) >= TARGET_DRAINED_EPS
@@ -631,7 +635,7 @@ def drained(bench: Bench) -> dict[str, Any]:
             result["stages"] = {"error": summarize_query_error(str(exc))[:500]}
             out.say(f"  per-stage cost table FAILED: {result['stages']['error']}")
         result["load_average_stages"] = bench.load.summary(t_st)
-        out.say(f"  {_load_text(result['load_average_stages'])}")
+        out.say(f"  {load_text(result['load_average_stages'])}")
     result["load_average"] = bench.load.summary(t_mode)
     return result
 
@@ -671,19 +675,18 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
             f"{TOPIC_ALERTS}): {rules}")
     out.say(f"  target >= {TARGET_DRAINED_EPS:,} events/s end to end: {_mark(r['target_met'])}"
             f" (from the first micro-batch: {_mark(r['target_met_since_first_batch'])})")
-    out.say(f"  {_load_text(r['load_average_pipeline'])}")
+    out.say(f"  {load_text(r['load_average_pipeline'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
 
 def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     """Each stage's cost in batch, over the same records: cumulative plans, the cost is the difference."""
-    from alerts.detection_input import detection_input, events_schema
+    from alerts.detection_input import detection_input
+    from alerts.events_schema_store import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
-    from core.config import TABLE_NETWORKS
     from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
-    from enrich import dhcp_sessions
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
@@ -722,13 +725,6 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         windowed = [r for r in rules if r.stateful and r.windowed is not None]
         own = [r for r in rules if r.stateful and r.windowed is None]
 
-        # The ingest batch's shape: parse after the operator (parsed_from + attributed_events), or the older one
-        # (events_from decodes the operator's JSON rows).
-        reparse = getattr(dhcp_sessions, "parsed_from", None)
-        attributed = getattr(dhcp_sessions, "attributed_events", None)
-        if attributed is None:
-            reparse = None
-
         def parsed():
             return parse_records(bronze, max_record_bytes=settings.max_record_bytes)
 
@@ -764,21 +760,11 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
             step("parse+attribution", lambda: noop(unified()))
             cached_unified = unified().persist()
             cached_unified.count()
-            if reparse is not None:
-                # Since the ingest change that parses after the operator: before it, only the columns the operator reads
-                # are computed (column pruning); the full parse runs on its output, and is cached before the events are
-                # built (without that boundary the planner inlines the parse into every field access: out of heap).
-                step("parse", lambda: noop(reparse(cached_unified, settings.max_record_bytes)))
-                parsed_rows = reparse(cached_unified, settings.max_record_bytes).persist()
-                parsed_rows.count()
-                step("attributed events", lambda: noop(attributed(parsed_rows)))
-                step("attributed events+joins", lambda: noop(enrich_static(attributed(parsed_rows), ref)))
-                events = enrich_static(attributed(parsed_rows), ref).persist()
-            else:
-                step("parse", lambda: noop(parsed()))
-                step("attributed events", lambda: noop(events_from(cached_unified)))
-                step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
-                events = enrich_static(events_from(cached_unified), ref).persist()
+            # The ingest batch's shape: the operator's attributed rows, decoded into events (events_from).
+            step("parse", lambda: noop(parsed()))
+            step("attributed events", lambda: noop(events_from(cached_unified)))
+            step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
+            events = enrich_static(events_from(cached_unified), ref).persist()
             events.count()
 
             def single_rules() -> int:
@@ -801,15 +787,12 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         step("correlations", correlations)
         events.unpersist()
         cached_unified.unpersist()
-        if reparse is not None:
-            parsed_rows.unpersist()
         costs = {
             "kafka read": kafka_s,
             "parse": cum["parse"],
-            # the applyInPandasWithState-shaped operator (and, before it, what the operator reads of the parse; with
-            # the old shape, minus the parse), plus building the attributed ECS events from its output
-            "lease attribution": cum["parse+attribution"] - (0.0 if reparse is not None else cum["parse"])
-            + cum["attributed events"],
+            # the applyInPandasWithState-shaped operator (parse + attribution minus the parse), plus building the
+            # attributed ECS events from its output
+            "lease attribution": cum["parse+attribution"] - cum["parse"] + cum["attributed events"],
             "reference joins": cum["attributed events+joins"] - cum["attributed events"],
             "delta write (events)": cum["write"],
             "single-event rules": cum["single"],
@@ -823,7 +806,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
                  "share": None if v is None else (round(v / total, 4) if total else 0.0),
                  "events_per_s": round(n / v, 1) if v else None} for k, v in costs.items()]
         out.say(f"== per-stage cost, batch, {n:,} records (bronze cached in {cache_s:.1f}s; each step timed with the "
-                f"ingest batch's cache boundaries: attributed records, parsed records, enriched events; attribution "
+                f"ingest batch's cache boundaries: attributed records, enriched events; attribution "
                 f"and joins as differences of plans; the ingest query's Spark settings, correlations the windowed "
                 f"query's) ==")
         out.say(f"  {'stage':<22} {'seconds':>8} {'share':>7} {'events/s':>11}")
@@ -933,9 +916,8 @@ def _print_lag_table(out: Out, samples: list[dict[str, Any]], every_s: float = 1
     return shown
 
 
-def _start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> subprocess.Popen:
+def start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> subprocess.Popen:
     """``nightjar run --trigger`` and wait until both queries run and the ingest query has reported a micro-batch."""
-    from nightjar.pipeline import parse_interval
 
     parse_interval(bench.args.trigger)  # one line, exit 2, before anything starts
     proc = bench.children.start(name, bench.run_args(settings, "--trigger", bench.args.trigger))
@@ -964,7 +946,7 @@ def _start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> 
     return proc
 
 
-def _write_reference(lake: Path, seed: int, hosts: int, start: float) -> None:
+def write_reference(lake: Path, seed: int, hosts: int, start: float) -> None:
     """The generator's reference tables (same seed and sizes: same organization), before the pipeline starts, so
     the ingest query reads the DHCP zones at its start, as in a real deployment."""
     from generator.organization import build_organization
@@ -1009,11 +991,11 @@ def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dic
     models = copy_models(model_from, lake) if model_from else []
     if models:
         Out.status(f"{tag}: models from {model_from}: {', '.join(models)}")
-    _write_reference(lake, args.seed, hosts, time.time())
+    write_reference(lake, args.seed, hosts, time.time())
     alerts = AlertConsumer(settings).start()
     Out.status(f"{tag}: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
     run_name, gen_name = f"{tag}-run", f"{tag}-generate"
-    pipe = _start_pipeline(bench, settings, lake, run_name)
+    pipe = start_pipeline(bench, settings, lake, run_name)
     sampler = Sampler(settings, lake, pipe.pid, ml=bool(models))
     try:
         Out.status(f"{tag}: generating at speedup 1, {hosts} hosts, {args.duration:.0f}s")
@@ -1070,7 +1052,7 @@ def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dic
                           "jvm_mib", "workers_mib")},
         "targets": {"p50_s": TARGET_P50_S, "p99_s": TARGET_P99_S, "single_event_p50_s": TARGET_SINGLE_P50_S},
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log(run_name)),
+        "log_problems": log_problems(bench.children.log(run_name)),
         "load_average": bench.load.summary(t_mode),
         "models": models,
         "ml_query": _ml_query(progress) if models else None,
@@ -1150,7 +1132,7 @@ def _producer_offset(lake: Path) -> dict[str, Any] | None:
     """How far the generator's emission trails the events' own time: Kafka record time (``event.created``) -
     ``@timestamp`` over Zeek events (sub-second times). Part of every latency above; the generator's start-up
     (building the organization) delays emission behind the simulated clock."""
-    rows = _rows(lake, TABLE_EVENTS, ["@timestamp", "event"])
+    rows = table_rows(lake, TABLE_EVENTS, ["@timestamp", "event"])
     diffs = []
     for r in rows:
         ev = r.get("event") or {}
@@ -1209,7 +1191,7 @@ def _print_live(out: Out, r: dict[str, Any], samples: list[dict[str, Any]]) -> N
     out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
     if r["alert_consumer_error"]:
         out.say(f"  alert consumer error: {r['alert_consumer_error']}")
-    out.say(f"  {_load_text(r['load_average'])}")
+    out.say(f"  {load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
@@ -1309,9 +1291,9 @@ def step_up(bench: Bench) -> dict[str, Any]:
     # stamped in the future (detection leaves those out); each step continues where the previous one ended.
     today = dt.datetime.now(dt.UTC).replace(hour=9, minute=0, second=0, microsecond=0)
     sim_start = today - dt.timedelta(days=1)
-    _write_reference(lake, args.seed, hosts, sim_start.timestamp())
+    write_reference(lake, args.seed, hosts, sim_start.timestamp())
     Out.status(f"step-up: starting the pipeline (trigger {args.trigger}) on {settings.bootstrap_servers}")
-    pipe = _start_pipeline(bench, settings, lake, "step-run")
+    pipe = start_pipeline(bench, settings, lake, "step-run")
     sampler = Sampler(settings, lake, pipe.pid)
     steps: list[dict[str, Any]] = []
     try:
@@ -1366,7 +1348,7 @@ def step_up(bench: Bench) -> dict[str, Any]:
         "target_met": best_achieved is not None and best_achieved >= TARGET_STEP_EPS * 0.95,
         "samples": [{k: v for k, v in s.items() if k != "at"} for s in sampler.samples],
         "pipeline_exit_code_on_sigterm": stop_rc,
-        "log_problems": _log_problems(bench.children.log("step-run")),
+        "log_problems": log_problems(bench.children.log("step-run")),
         "load_average": bench.load.summary(t_mode),
     }
     _print_step_up(out, result)
@@ -1415,7 +1397,7 @@ def _print_step_up(out: Out, r: dict[str, Any]) -> None:
             + (f" (achieved {r['highest_bounded_achieved_events_per_s']:,.0f})" if best is not None else ""))
     out.say(f"  target >= {TARGET_STEP_EPS:,} events/s: {_mark(r['target_met'])}")
     out.say(f"  pipeline stopped with SIGTERM: exit code {r['pipeline_exit_code_on_sigterm']}")
-    out.say(f"  {_load_text(r['load_average'])}")
+    out.say(f"  {load_text(r['load_average'])}")
     if r["log_problems"]:
         out.say(f"  pipeline log: {len(r['log_problems'])} warning/error line(s), first: {r['log_problems'][0][:200]}")
 
@@ -1428,7 +1410,6 @@ def _validate(args: argparse.Namespace) -> None:
     if args.hosts is not None and args.hosts < 12:
         raise UserError("--hosts must be at least 12", exit_code=2)
     from generator.command import parse_start
-    from nightjar.pipeline import parse_interval
 
     if parse_start(args.start, False) > time.time():
         raise UserError(f"--start {args.start} is in the future: the drained run replays the past", exit_code=2)
@@ -1475,7 +1456,7 @@ def run_bench(args: argparse.Namespace, settings: Settings, name: str, body, ben
             shutil.rmtree(bench.workdir, ignore_errors=True)
     report["load_average"] = bench.load.summary()
     report["finished_at"] = dt.datetime.now(dt.UTC).isoformat()
-    bench.out.say(f"overall {_load_text(report['load_average'])}")
+    bench.out.say(f"overall {load_text(report['load_average'])}")
     if args.json == "-":
         print(json.dumps(report, default=str), flush=True)
     elif args.json:

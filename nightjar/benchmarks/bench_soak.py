@@ -28,19 +28,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
+# soak`'s arguments, and --help or a bad argument must not wait for the generator (Faker) (nightjar/cli.py).
 from core.config import TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
+from core.durations import parse_duration
 from core.errors import UserError
 from nightjar.benchmarks.bench_pipeline import (
     Bench,
     Out,
     Sampler,
-    _load_text,
-    _log_problems,
-    _rows,
-    _start_pipeline,
-    _write_reference,
     every,
+    load_text,
+    log_problems,
     run_bench,
+    start_pipeline,
+    table_rows,
+    write_reference,
 )
 from nightjar.upkeep import PIPELINE_TABLES
 
@@ -116,7 +119,7 @@ def dir_size(path: Path) -> tuple[int, int]:
 
 def operator_state(lake: Path) -> dict[str, int]:
     """State rows per stateful operator (``query/operator#i``) from the newest progress row of every query."""
-    rows = _rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "batch_id", "timestamp", "progress_json"])
+    rows = table_rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "batch_id", "timestamp", "progress_json"])
     newest: dict[str, dict] = {}
     for r in rows:
         q = r["query_name"] or ""
@@ -278,10 +281,10 @@ def soak(bench: Bench) -> dict[str, Any]:
     args, out = bench.args, bench.out
     settings, lake = bench.fresh("soak")
     sim_start = time.time() if args.start is None else start_time(args.start)
-    _write_reference(lake, args.seed, args.hosts, sim_start)
+    write_reference(lake, args.seed, args.hosts, sim_start)
     Out.status(f"soak: starting the pipeline (trigger {args.trigger}, upkeep every {args.upkeep_every}) on "
                f"{settings.bootstrap_servers}; lake {lake}")
-    pipe = _start_pipeline(bench, settings, lake, "soak-run")
+    pipe = start_pipeline(bench, settings, lake, "soak-run")
     sampler = SoakSampler(settings, lake, pipe.pid, bench.children.log("soak-run"))
     duration = args.hours * 3600
     stopped_early = False
@@ -319,7 +322,7 @@ def soak(bench: Bench) -> dict[str, Any]:
         bench.children.remember()
         stop_rc = bench.children.stop("soak-run")
     result = soak_result(args, sampler.samples, gen_s, sampler.missed, stop_rc,
-                         _log_problems(bench.children.log("soak-run")), bench.load.summary(), stopped_early)
+                         log_problems(bench.children.log("soak-run")), bench.load.summary(), stopped_early)
     print_soak(out, args, result)
     return result
 
@@ -363,7 +366,7 @@ def print_soak(out: Out, args: argparse.Namespace, result: dict[str, Any]) -> No
     if result["missed_samples"]:
         out.say(f"  {len(result['missed_samples'])} sample(s) missed (the machine did not answer in time), first: "
                 f"{result['missed_samples'][0]}")
-    out.say(f"  {_load_text(result['load_average'])}")
+    out.say(f"  {load_text(result['load_average'])}")
     if result["log_problems"]:
         out.say(f"  pipeline log: {len(result['log_problems'])} warning/error line(s), first: "
                 f"{result['log_problems'][0][:200]}")
@@ -381,8 +384,6 @@ def start_time(text: str) -> float:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from core.durations import parse_duration
-
     if args.start is not None:
         start_time(args.start)
 
