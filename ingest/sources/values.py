@@ -13,6 +13,7 @@ The rules (docs/parsing.md):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import ipaddress
 import json
 import re
@@ -170,3 +171,13 @@ def non_empty(values: list[Any]) -> list[Any] | None:
         if v is not None and v != "" and v not in seen:
             seen.append(v)
     return seen or None
+
+
+@functools.lru_cache(maxsize=4096)
+def day_micros(year: int, month: int, day: int) -> int | None:
+    """Epoch microseconds of the day's midnight UTC; None for a date that does not exist. Cached: a log's lines
+    share a handful of days, and building a datetime per line was a tenth of the syslog parse."""
+    try:
+        return micros(dt.datetime(year, month, day, tzinfo=dt.UTC))
+    except ValueError:
+        return None

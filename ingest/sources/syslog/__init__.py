@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.sources import LAYERS, Event, ParseFailure, Source, sources
-from ingest.sources.values import EPOCH, blank_to_none, int64, micros, safe_micros
+from ingest.sources.values import EPOCH, blank_to_none, day_micros, int64, micros, safe_micros
 
 PARSER_RFC5424 = "syslog_rfc5424"
 PARSER_RFC3164 = "syslog_rfc3164"
@@ -216,11 +216,11 @@ def _rfc3164_time(text: str, ingested_us: int | None) -> int | None:
     time_of_day = ((int(hour) * 60 + int(minute)) * 60 + int(second)) * 1_000_000 + _fraction_us(fraction)
     if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
         return None
-    this_year = _day_micros(year, month, int(day))
+    this_year = day_micros(year, month, int(day))
     if this_year is not None:
         this_year += time_of_day
     if this_year is None or this_year > limit:
-        last_year = _day_micros(year - 1, month, int(day))
+        last_year = day_micros(year - 1, month, int(day))
         return None if last_year is None else last_year + time_of_day
     return this_year
 
@@ -229,16 +229,6 @@ def _rfc3164_time(text: str, ingested_us: int | None) -> int | None:
 def _reference(ingested_us: int) -> tuple[int, int]:
     """(the year of ``ingested_us``, the latest believable time) for year-less timestamps; a batch shares one."""
     return (EPOCH + dt.timedelta(microseconds=ingested_us)).year, ingested_us + FUTURE_TOLERANCE_DAYS * 86_400_000_000
-
-
-@functools.lru_cache(maxsize=4096)
-def _day_micros(year: int, month: int, day: int) -> int | None:
-    """Epoch microseconds of the day's midnight UTC; None for a date that does not exist. Cached: a log's lines
-    share a handful of days, and building a datetime per line was a tenth of the syslog parse."""
-    try:
-        return micros(dt.datetime(year, month, day, tzinfo=dt.UTC))
-    except ValueError:
-        return None
 
 
 def structured_data(sd: str | None) -> dict[str, dict[str, str]] | None:

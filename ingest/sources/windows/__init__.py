@@ -32,8 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingest.sources import Event, ParseFailure, Source
-from ingest.sources.syslog import _day_micros  # cached midnight of a date (shared with the syslog header)
-from ingest.sources.values import ip_or_none, safe_micros
+from ingest.sources.values import day_micros, ip_or_none, safe_micros
 
 PARSER = "windows"
 TAG_LOCAL_TIME = "windows_time_local_as_utc"
@@ -263,7 +262,7 @@ def _iso_micros(text: str) -> int | None:
     if m is None:
         return None
     year, month, day, hour, minute, second, fraction, zone = m.groups()
-    midnight = _day_micros(int(year), int(month), int(day))
+    midnight = day_micros(int(year), int(month), int(day))
     if midnight is None or int(hour) > 23 or int(minute) > 59 or int(second) > 60:
         return None
     us = midnight + ((int(hour) * 60 + int(minute)) * 60 + int(second)) * 1_000_000
