@@ -62,11 +62,6 @@ def hostname_or_null(text: Column) -> Column:
     return F.when(~is_ip(text) & text.rlike(_HOSTNAME), F.lower(F.regexp_replace(text, r"\.$", "")))
 
 
-def network_type(ip: Column) -> Column:
-    """ECS ``network.type``: ``ipv4`` / ``ipv6`` for a valid address, else null."""
-    return F.when(ip.rlike(_IPV4_ANCHORED), F.lit("ipv4")).when(is_ip(ip), F.lit("ipv6"))
-
-
 def mac(text: Column) -> Column:
     """ECS MAC spelling (``00-0C-29-AA-0B-01``) from the common spellings; null when not a MAC address."""
     separated = F.array_join(F.transform(F.split(text, "[:-]"), lambda o: F.lpad(F.upper(o), 2, "0")), "-")

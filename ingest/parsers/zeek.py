@@ -106,9 +106,6 @@ JSON_SCHEMA = StructType(
     # "id" is the 4-tuple object in most logs but the file id string in x509/pe: read as text, parsed when an object.
     + [StructField("id", StringType()), StructField(CORRUPT, StringType())]
 )
-MAPPED_PATHS = ("conn", "dns", "dhcp", "http", "ssl", "ssh", "notice", "weird", "ntp", "rdp", "files", "x509",
-                "smb_files", "smb_mapping", "kerberos", "ntlm", "dce_rpc", "smtp", "ftp", "software", "known_hosts",
-                "known_services", "pe")
 
 
 def add_json(df: DataFrame, line: Column, is_zeek: Column) -> DataFrame:
