@@ -94,6 +94,11 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 50_000
 DEFAULT_DRIVER_MEMORY = "3g"
 # How long an event whose DHCP lease is not known yet waits for it (processing time), see enrich/dhcp_sessions.py.
 DEFAULT_LEASE_HOLD_S = 60.0
+# How long a rule's query may stay failed (not one batch completed since) before the SOC gets a health alert. Under
+# CPU load a query restart can fail at start ("Python worker failed to connect back": Spark waits a fixed 10 s for a
+# new Python process) and recover on the next attempt within seconds: a transient, recorded in pipeline_progress
+# and the log, not an outage. Two minutes cover the supervisor's first backoff steps (1+2+4+8+16 s) and their starts.
+DEFAULT_HEALTH_GRACE_S = 120.0
 
 # Parsing (ingest/normalize.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
@@ -176,6 +181,7 @@ class Settings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     detection_watermark: str = DEFAULT_DETECTION_WATERMARK
     lease_hold_s: float = DEFAULT_LEASE_HOLD_S
+    health_grace_s: float = DEFAULT_HEALTH_GRACE_S  # a rule down this long (or for good) raises a health alert
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
