@@ -112,6 +112,7 @@ ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
 ENV_RULES = "NIGHTJAR_RULES"
 ENV_ML_TRIGGER = "NIGHTJAR_ML_TRIGGER"  # the scoring query's live trigger, any core/durations.py spelling
 ENV_AUTH_SESSIONS_TRIGGER = "NIGHTJAR_AUTH_SESSIONS_TRIGGER"  # the auth_sessions query's live trigger, likewise
+ENV_HEALTH_GRACE = "NIGHTJAR_HEALTH_GRACE"  # Settings.health_grace_s, any core/durations.py spelling
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
@@ -236,6 +237,8 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
     for key, name in _TRIGGER_SETTINGS.items():
         if env.get(name):
             values[key] = env[name]
+    if env.get(ENV_HEALTH_GRACE):
+        values["health_grace_s"] = _health_grace(env[ENV_HEALTH_GRACE])
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
@@ -246,6 +249,17 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         if key in values:
             values[key] = trigger_interval(values[key], name)  # type: ignore[arg-type]
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _health_grace(text: str) -> float:
+    """``NIGHTJAR_HEALTH_GRACE`` in seconds (0: every failure raises a health alert at once); a UserError otherwise."""
+    from core.durations import parse_duration
+    from core.errors import UserError
+
+    try:
+        return parse_duration(text, f"{ENV_HEALTH_GRACE} (how long a failed rule may stay down before a health alert)")
+    except ValueError as exc:
+        raise UserError(str(exc), exit_code=2) from None
 
 
 # The live triggers of the queries off the alert path: Settings field -> its environment variable.

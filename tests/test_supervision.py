@@ -334,3 +334,16 @@ def test_a_transient_within_the_grace_publishes_nothing_and_an_outage_is_raised_
     assert "disabled until its file changes" in rows[0]["summary"] and "division by zero" in rows[0]["summary"]
     assert "is running again after" in rows[1]["summary"]
     assert "has been down for" in rows[2]["summary"] and "connect back" in rows[2]["summary"]
+
+
+def test_the_grace_is_a_setting_with_one_duration_syntax():
+    from core.config import DEFAULT_HEALTH_GRACE_S, settings_from_env
+    from core.errors import UserError
+
+    assert settings_from_env(environ={}).health_grace_s == DEFAULT_HEALTH_GRACE_S == 120.0
+    assert settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": "5m"}).health_grace_s == 300.0
+    assert settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": "0"}).health_grace_s == 0.0
+    for bad in ("soon", "-5s"):
+        with pytest.raises(UserError, match="NIGHTJAR_HEALTH_GRACE") as err:
+            settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": bad})
+        assert err.value.exit_code == 2
