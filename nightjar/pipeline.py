@@ -336,6 +336,7 @@ class Outage:
     error: str  # the newest failure
     final: str | None = None  # why it will not come back by itself: alert at once
     raised: dict | None = None  # the health alert revision published for it (None: none yet)
+    carried: bool = False  # raised by an earlier run and never closed: closed once the rule completes a batch here
 
 
 class Supervisor:
@@ -363,6 +364,7 @@ class Supervisor:
         # Health alerts not yet in the alerts table (e.g. its disk was full): retried every poll, same batch id.
         self._health_pending: list[tuple[int, list[dict]]] = []
         self._outages: dict[str, Outage] = {}  # rule id -> its current outage
+        self.carry_open_outages()
         self._health_warned: set[int] = set()
         # Rule failures arrive from the query threads (foreachBatch) and from poll(): one publisher at a time.
         self._health_lock = threading.RLock()
@@ -587,6 +589,19 @@ class Supervisor:
                     outage.error = error
         self.check_outages()
 
+    def carry_open_outages(self) -> None:
+        """Health alerts an earlier run raised and did not close (it stopped while the rule was down): this run closes
+        each with its next revision once the rule completes a batch, so no outage stays open on the SOC's side."""
+        from alerts.alert_builder import naive_utc
+        from alerts.detection_stream import HEALTH_RULE, open_alerts
+
+        for alert in open_alerts(self.settings.lake, {HEALTH_RULE.rule_id}):
+            if alert["revision"] == 1 and alert["entity"]["type"] == "rule":  # 2 is the recovery: closed
+                since = naive_utc(alert["window_start"])
+                self._outages[alert["entity"]["value"]] = Outage(
+                    since=since, since_mono=time.monotonic(), error="see the first revision (an earlier run)",
+                    raised={**alert, "window_start": since}, carried=True)
+
     def _down_for_good(self, rule_ids: list[str], reason: str) -> None:
         """The rules will not come back by themselves (their query gave up): alert now, without waiting for the
         grace."""
@@ -606,6 +621,8 @@ class Supervisor:
             for rid, outage in list(self._outages.items()):
                 entry = self.health.get(rid)
                 down_s = (at - outage.since).total_seconds()
+                if outage.carried and (entry is None or entry.last_batch_at is None):
+                    continue  # not run in this run yet
                 if entry is None or entry.status == STATUS_RUNNING:  # a batch completed again (or the rule was removed)
                     del self._outages[rid]
                     how = "is running again" if entry is not None else "was removed from the rule set"
@@ -641,7 +658,8 @@ class Supervisor:
         from alerts.detection_stream import HEALTH_RULE
 
         entity = {"type": "rule", "value": rid}
-        return {"alert_id": alert_id(HEALTH_RULE.rule_id, "rule", rid, outage.since), "revision": revision,
+        the_id = outage.raised["alert_id"] if outage.raised else alert_id(HEALTH_RULE.rule_id, "rule", rid, outage.since)
+        return {"alert_id": the_id, "revision": revision,
                 "rule_id": HEALTH_RULE.rule_id, "rule_name": HEALTH_RULE.name, "severity": HEALTH_RULE.severity,
                 "tags": list(HEALTH_RULE.tags), "entity": entity, "host_name": None, "user_name": None,
                 "window_start": outage.since, "window_end": at, "first_seen": outage.since, "last_seen": at,

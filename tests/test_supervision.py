@@ -347,3 +347,26 @@ def test_the_grace_is_a_setting_with_one_duration_syntax():
         with pytest.raises(UserError, match="NIGHTJAR_HEALTH_GRACE") as err:
             settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": bad})
         assert err.value.exit_code == 2
+
+
+def test_a_health_alert_left_open_by_a_stopped_run_is_closed_by_the_next_run_once_the_rule_runs(settings, broker):
+    from alerts.detection_stream import HEALTH_RULE
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    first = health_only_supervisor(settings.with_(health_grace_s=0.0))
+    first.health.track(["dns_dga"], "windowed")
+    first.health.failed(["dns_dga"], "Python worker failed to connect back")  # raised; then the run stops
+    second = health_only_supervisor(settings)
+    second.carry_open_outages()
+    second.health.track(["dns_dga"], "windowed")
+    second.check_outages()  # tracked, no batch completed in this run yet: still open
+    assert second._health_pending == [] and row_count(settings.lake, TABLE_ALERTS) == 1
+    second.health.batch_done("windowed", ["dns_dga"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    second.check_outages()
+    rows = sorted(table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist(), key=lambda r: r["revision"])
+    assert [(r["rule_id"], r["entity"]["value"], r["revision"]) for r in rows] == [
+        (HEALTH_RULE.rule_id, "dns_dga", 1), (HEALTH_RULE.rule_id, "dns_dga", 2)]
+    assert rows[0]["alert_id"] == rows[1]["alert_id"] and "is running again after" in rows[1]["summary"]
+    third = health_only_supervisor(settings)
+    third.carry_open_outages()
+    assert third._outages == {}  # closed: nothing to carry
