@@ -370,3 +370,19 @@ def test_a_health_alert_left_open_by_a_stopped_run_is_closed_by_the_next_run_onc
     third = health_only_supervisor(settings)
     third.carry_open_outages()
     assert third._outages == {}  # closed: nothing to carry
+
+
+def test_a_query_that_used_up_its_restarts_raises_its_rules_health_alerts_at_once(settings, broker):
+    """--max-restarts failures in a row end the run: its rules will not come back, so no grace is waited for."""
+    from core.errors import UserError
+    from nightjar.pipeline import Managed
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    sup = health_only_supervisor(settings)  # the default grace: 2 min
+    sup.health.track(["ssh_login_success_after_failures"], "ingest")
+    ingest = Managed("ingest", start=lambda: None, rules=lambda: ["ssh_login_success_after_failures"], max_restarts=0)
+    with pytest.raises(UserError, match="failed 1 times in a row"):
+        sup._failed(ingest, "Python worker failed to connect back")
+    rows = table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist()
+    assert [(r["entity"]["value"], r["revision"]) for r in rows] == [("ssh_login_success_after_failures", 1)]
+    assert "its query ingest failed 1 times in a row and the run stops" in rows[0]["summary"]
