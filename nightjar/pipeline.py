@@ -17,9 +17,10 @@ a crash writes only what it had not written; alerts go to Kafka before their Del
 Supervision: a query that fails at run time is restarted from its checkpoint with exponential backoff; the rules
 it carries are marked ``restarting`` (``nightjar rules list``, ``pipeline_progress``). A rule still down after
 ``Settings.health_grace_s`` (or down for good) raises a health alert to the SOC, closed by its next revision when the
-rule runs again; a transient that recovers within the grace is only recorded. Data loss and a failure that keeps coming back for ``--max-restarts`` attempts stop the run with one
-line. Rule files are re-read while running: the ingest batch picks up single-event rules at once, the windowed
-query restarts on its checkpoint with the new rule set (unchanged rules keep their windows).
+rule runs again; a transient that recovers within the grace is only recorded. Data loss and a failure that keeps
+coming back for ``--max-restarts`` attempts stop the run with one line. Rule files are re-read while running:
+the ingest batch picks up single-event rules at once, the windowed query restarts on its checkpoint with the new
+rule set (unchanged rules keep their windows).
 
 ``--available-now`` drains what is in Kafka, then runs the detections over what was written, and exits. The
 ingest query is stopped only after a micro-batch without new input has run: that batch releases the events still
@@ -84,6 +85,7 @@ AUX_START_CAP_S = 120.0  # the longest a live run defers a query that is off the
 ROWS_PER_WRITE_TASK = 2000  # an ingest batch's rows per write/rule task (see write_partitions)
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
 HEALTH_APP_ID = "nightjar.health"  # the Delta app id (and batch sequence) of the health alerts in the alerts table
+OUTAGE_WORDS = "has been down for"  # in the summary of every outage's first health alert revision
 
 
 class InterruptedBatchFilter(logging.Filter):
@@ -596,7 +598,9 @@ class Supervisor:
         from alerts.detection_stream import HEALTH_RULE, open_alerts
 
         for alert in open_alerts(self.settings.lake, {HEALTH_RULE.rule_id}):
-            if alert["revision"] == 1 and alert["entity"]["type"] == "rule":  # 2 is the recovery: closed
+            # Revision 2 is the recovery: closed. Alerts of the former one-alert-per-failure scheme (no "has been
+            # down" summary) had no recovery revision: closing them all on an upgrade would flood the SOC.
+            if alert["revision"] == 1 and alert["entity"]["type"] == "rule" and OUTAGE_WORDS in alert["summary"]:
                 since = naive_utc(alert["window_start"])
                 self._outages[alert["entity"]["value"]] = Outage(
                     since=since, since_mono=time.monotonic(), error="see the first revision (an earlier run)",
@@ -645,7 +649,7 @@ class Supervisor:
                     continue
                 why = outage.final or "its query has not run a batch since; restarting from its checkpoint"
                 outage.raised = self._health_revision(
-                    rid, outage, 1, at, f"rule {rid} has been down for {_span(down_s)} since {_utc(outage.since)} UTC: "
+                    rid, outage, 1, at, f"rule {rid} {OUTAGE_WORDS} {_span(down_s)} since {_utc(outage.since)} UTC: "
                                         f"{why}. Last error: {outage.error}")
                 log.error("rule %s has been down for %s: health alert raised (%s)", rid, _span(down_s), why)
                 self._queue_health_alert(outage.raised)
