@@ -97,6 +97,11 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 50_000
 DEFAULT_DRIVER_MEMORY = "3g"
 # How long an event whose DHCP lease is not known yet waits for it (processing time), see enrich/dhcp_sessions.py.
 DEFAULT_LEASE_HOLD_S = 60.0
+# How long a rule's query may stay failed (not one batch completed since) before the SOC gets a health alert. Under
+# CPU load a query restart can fail at start ("Python worker failed to connect back": Spark waits a fixed 10 s for a
+# new Python process) and recover on the next attempt within seconds: a transient, recorded in pipeline_progress
+# and the log, not an outage. Two minutes cover the supervisor's first backoff steps (1+2+4+8+16 s) and their starts.
+DEFAULT_HEALTH_GRACE_S = 120.0
 
 # Parsing (ingest/normalize.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
@@ -110,6 +115,7 @@ ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
 ENV_RULES = "NIGHTJAR_RULES"
 ENV_ML_TRIGGER = "NIGHTJAR_ML_TRIGGER"  # the scoring query's live trigger, any core/durations.py spelling
 ENV_AUTH_SESSIONS_TRIGGER = "NIGHTJAR_AUTH_SESSIONS_TRIGGER"  # the auth_sessions query's live trigger, likewise
+ENV_HEALTH_GRACE = "NIGHTJAR_HEALTH_GRACE"  # Settings.health_grace_s, any core/durations.py spelling
 ENV_KAFKA_PREFIX = "NIGHTJAR_KAFKA_"  # NIGHTJAR_KAFKA_SASL_MECHANISM=PLAIN -> sasl.mechanism=PLAIN
 
 DEFAULT_BROKER_PORT = 9092
@@ -190,6 +196,7 @@ class Settings:
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     detection_watermark: str = DEFAULT_DETECTION_WATERMARK
     lease_hold_s: float = DEFAULT_LEASE_HOLD_S
+    health_grace_s: float = DEFAULT_HEALTH_GRACE_S  # a rule down this long (or for good) raises a health alert
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
     rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
@@ -253,6 +260,8 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["dashboard_user_header"] = header_name(env[ENV_DASHBOARD_USER_HEADER], ENV_DASHBOARD_USER_HEADER)
     if env.get(ENV_ANALYST):
         values["analyst"] = env[ENV_ANALYST].strip()
+    if env.get(ENV_HEALTH_GRACE):
+        values["health_grace_s"] = _health_grace(env[ENV_HEALTH_GRACE])
     values["kafka_overrides"] = kafka_client_overrides(env)
     for key, value in overrides.items():
         if value is not None:
@@ -263,6 +272,17 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         if key in values:
             values[key] = trigger_interval(values[key], name)  # type: ignore[arg-type]
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def _health_grace(text: str) -> float:
+    """``NIGHTJAR_HEALTH_GRACE`` in seconds (0: every failure raises a health alert at once); a UserError otherwise."""
+    from core.durations import parse_duration
+    from core.errors import UserError
+
+    try:
+        return parse_duration(text, f"{ENV_HEALTH_GRACE} (how long a failed rule may stay down before a health alert)")
+    except ValueError as exc:
+        raise UserError(str(exc), exit_code=2) from None
 
 
 # The live triggers of the queries off the alert path: Settings field -> its environment variable.

@@ -15,10 +15,12 @@ Each table commits with its own Delta app id and the batch id (``ingest.delta_si
 a crash writes only what it had not written; alerts go to Kafka before their Delta commit.
 
 Supervision: a query that fails at run time is restarted from its checkpoint with exponential backoff; the rules
-it carries are marked ``restarting`` (``nightjar rules list``, ``pipeline_progress``) and a health alert goes to
-the SOC. Data loss and a failure that keeps coming back for ``--max-restarts`` attempts stop the run with one
-line. Rule files are re-read while running: the ingest batch picks up single-event rules at once, the windowed
-query restarts on its checkpoint with the new rule set (unchanged rules keep their windows).
+it carries are marked ``restarting`` (``nightjar rules list``, ``pipeline_progress``). A rule still down after
+``Settings.health_grace_s`` (or down for good) raises a health alert to the SOC, closed by its next revision when the
+rule runs again; a transient that recovers within the grace is only recorded. Data loss and a failure that keeps
+coming back for ``--max-restarts`` attempts stop the run with one line. Rule files are re-read while running:
+the ingest batch picks up single-event rules at once, the windowed query restarts on its checkpoint with the new
+rule set (unchanged rules keep their windows).
 
 ``--available-now`` drains what is in Kafka, then runs the detections over what was written, and exits. The
 ingest query is stopped only after a micro-batch without new input has run: that batch releases the events still
@@ -52,6 +54,7 @@ from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
     RAW_TOPICS,
+    TABLE_ALERTS,
     TABLE_BRONZE,
     TABLE_DHCP_SESSIONS,
     TABLE_EVENTS,
@@ -94,6 +97,8 @@ DEFAULT_MAX_RESTARTS = 5  # consecutive restarts of the ingest query before the 
 AUX_START_CAP_S = 120.0  # the longest a live run defers a query that is off the alert path (auth_sessions)
 ROWS_PER_WRITE_TASK = 2000  # an ingest batch's rows per write/rule task (see write_partitions)
 DRAIN_TRIGGER = "1 second"  # micro-batch interval of a drain: back to back while batches take longer
+HEALTH_APP_ID = "nightjar.health"  # the Delta app id (and batch sequence) of the health alerts in the alerts table
+OUTAGE_WORDS = "has been down for"  # in the summary of every outage's first health alert revision
 
 
 class InterruptedBatchFilter(logging.Filter):
@@ -292,6 +297,18 @@ class Managed:
     start_after: Callable[[], bool] | None = None
 
 
+@dataclass
+class Outage:
+    """A rule whose query failed and has not completed a batch since (see Supervisor.check_outages)."""
+
+    since: dt.datetime  # the first failure, naive UTC: the health alert's window start, hence its id
+    since_mono: float  # the same moment on the monotonic clock, for the grace
+    error: str  # the newest failure
+    final: str | None = None  # why it will not come back by itself: alert at once
+    raised: dict | None = None  # the health alert revision published for it (None: none yet)
+    carried: bool = False  # raised by an earlier run and never closed: closed once the rule completes a batch here
+
+
 class Supervisor:
     """Starts the queries, restarts the ones that fail, follows the rule files, reports rule health."""
 
@@ -313,10 +330,11 @@ class Supervisor:
         self.managed: dict[str, Managed] = {}
         self._windowed_sig: dict[str, tuple] = {}
         self._last_reload = time.monotonic()
-        self._health_folder = None
         self._health_batch: int | None = None
         # Health alerts not yet in the alerts table (e.g. its disk was full): retried every poll, same batch id.
-        self._health_pending: list[tuple[int, list[dict], dt.datetime]] = []
+        self._health_pending: list[tuple[int, list[dict]]] = []
+        self._outages: dict[str, Outage] = {}  # rule id -> its current outage
+        self.carry_open_outages()
         self._health_warned: set[int] = set()
         # Rule failures arrive from the query threads (foreachBatch) and from poll(): one publisher at a time.
         self._health_lock = threading.RLock()
@@ -430,7 +448,7 @@ class Supervisor:
     def poll(self) -> None:
         """One round: notice failures and restart what is due; in a live run, follow the rule files."""
         now = time.monotonic()
-        self.flush_health_alerts()
+        self.check_outages()
         for m in list(self.managed.values()):
             if m.start_after is not None:  # waiting for its first start
                 if m.start_after():
@@ -492,12 +510,20 @@ class Supervisor:
         if rules:
             self.health.failed(rules, error)
         if m.max_restarts is not None and m.restarts > m.max_restarts:
+            self._down_for_good(rules, f"its query {m.name} failed {m.restarts} times in a row and the run stops")
             raise UserError(f"query {m.name} failed {m.restarts} times in a row; last error: {error}")
         delay = BACKOFF_S[min(m.restarts - 1, len(BACKOFF_S) - 1)]
         m.restart_at = time.monotonic() + delay
-        log.error("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
+        # A warning: most failures are transients that the restart cures; the rules' health alert says when not.
+        log.warning("query %s failed (%s); restarting from its checkpoint in %.0f s", m.name, error, delay)
 
     def stop(self) -> None:
+        self.check_outages()
+        with self._health_lock:
+            quiet = [rid for rid, o in self._outages.items() if o.raised is None]
+        if quiet:  # the run ends within their grace: the operator's log says so, the SOC gets no alert
+            log.warning("stopping while rule(s) %s are down within their %s grace (no health alert raised)",
+                        ", ".join(sorted(quiet)), _span(self.settings.health_grace_s))
         if not self.flush_health_alerts():
             log.error("%d health alert batch(es) could not be written to the alerts table before the stop (the SOC "
                       "may have them on the alerts topic); see the warnings above", len(self._health_pending))
@@ -513,45 +539,145 @@ class Supervisor:
                 log.info("query %s: already stopped with the JVM (%s)", m.name, summarize_query_error(str(exc)))
 
     # -- health alerts ---------------------------------------------------------------------------------------------
+    # A rule is *down* from its query's first failure until one of its batches completes again (RuleHealth's status
+    # back to running). Down for less than Settings.health_grace_s is a transient (a restart that failed at start
+    # under load and came back): recorded in pipeline_progress and the log, no alert. Down longer, or for good (its
+    # own evaluation disabled it, or its query used up --max-restarts), is an outage: one health alert, and a second
+    # revision of the same alert when the rule runs again, so the SOC sees it closed.
     def _health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
-        """One health alert per rule whose query failed: the SOC learns that coverage dropped."""
+        """RuleHealth's failure hook (query threads and poll): note when each rule went down; alert when due."""
         with self._health_lock:
-            self._queue_health_alerts(rule_ids, error, at)
+            for rid in rule_ids:
+                outage = self._outages.get(rid)
+                if outage is None:
+                    self._outages[rid] = Outage(since=at, since_mono=time.monotonic(), error=error)
+                    log.warning("rule %s is down (its query failed: %s); a health alert follows if it is not running "
+                                "again within %s", rid, error[:200], _span(self.settings.health_grace_s))
+                else:
+                    outage.error = error
+        self.check_outages()
+
+    def carry_open_outages(self) -> None:
+        """Health alerts an earlier run raised and did not close (it stopped while the rule was down): this run closes
+        each with its next revision once the rule completes a batch, so no outage stays open on the SOC's side."""
+        from alerts.alert_builder import naive_utc
+        from alerts.detection_stream import HEALTH_RULE, open_alerts
+
+        for alert in open_alerts(self.settings.lake, {HEALTH_RULE.rule_id}):
+            # Revision 2 is the recovery: closed. Alerts of the former one-alert-per-failure scheme (no "has been
+            # down" summary) had no recovery revision: closing them all on an upgrade would flood the SOC.
+            if alert["revision"] == 1 and alert["entity"]["type"] == "rule" and OUTAGE_WORDS in alert["summary"]:
+                since = naive_utc(alert["window_start"])
+                self._outages[alert["entity"]["value"]] = Outage(
+                    since=since, since_mono=time.monotonic(), error="see the first revision (an earlier run)",
+                    raised={**alert, "window_start": since}, carried=True)
+
+    def _down_for_good(self, rule_ids: list[str], reason: str) -> None:
+        """The rules will not come back by themselves (their query gave up): alert now, without waiting for the
+        grace."""
+        with self._health_lock:
+            for rid in rule_ids:
+                if rid in self._outages:
+                    self._outages[rid].final = reason
+        self.check_outages()
+
+    def check_outages(self) -> None:
+        """Raise the health alerts of outages past their grace (or final), close those of rules running again,
+        then publish what is pending. Called by every poll and on every failure."""
+        from alerts.detection_stream import STATUS_DISABLED, STATUS_RUNNING
+
+        now, at = time.monotonic(), dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        with self._health_lock:
+            for rid, outage in list(self._outages.items()):
+                entry = self.health.get(rid)
+                down_s = (at - outage.since).total_seconds()
+                if outage.carried and (entry is None or entry.last_batch_at is None):
+                    continue  # not run in this run yet
+                if entry is None or entry.status == STATUS_RUNNING:  # a batch completed again (or the rule was removed)
+                    del self._outages[rid]
+                    how = "is running again" if entry is not None else "was removed from the rule set"
+                    if outage.raised is None:
+                        log.warning("rule %s %s after %s: a transient within the %s grace, no health alert",
+                                    rid, how, _span(down_s), _span(self.settings.health_grace_s))
+                    else:
+                        log.info("rule %s %s after %s: closing its health alert", rid, how, _span(down_s))
+                        self._queue_health_alert(self._health_revision(
+                            rid, outage, outage.raised["revision"] + 1, at,
+                            f"rule {rid} {how} after {_span(down_s)} (down from {_utc(outage.since)} to {_utc(at)} "
+                            f"UTC); it had failed: {outage.error}"))
+                    continue
+                if outage.raised is not None:
+                    continue
+                if entry.status == STATUS_DISABLED:
+                    outage.final = outage.final or "it is disabled until its file changes (its own evaluation failed " \
+                                                   "too often)"
+                if outage.final is None and now - outage.since_mono < self.settings.health_grace_s:
+                    continue
+                why = outage.final or "its query has not run a batch since; restarting from its checkpoint"
+                outage.raised = self._health_revision(
+                    rid, outage, 1, at, f"rule {rid} {OUTAGE_WORDS} {_span(down_s)} since {_utc(outage.since)} UTC: "
+                                        f"{why}. Last error: {outage.error}")
+                log.error("rule %s has been down for %s: health alert raised (%s)", rid, _span(down_s), why)
+                self._queue_health_alert(outage.raised)
         self.flush_health_alerts()
 
-    def _queue_health_alerts(self, rule_ids: list[str], error: str, at: dt.datetime) -> None:
-        from alerts.detection_stream import HEALTH_RULE, AlertFolder
+    def _health_revision(self, rid: str, outage: Outage, revision: int, at: dt.datetime, detail: str) -> dict:
+        """One revision of the health alert of ``rid``'s outage: its id comes from the rule and the time it went
+        down, so the recovery is the next revision of the alert that reported the outage."""
+        from alerts.alert_schema import alert_id
+        from alerts.detection_stream import HEALTH_RULE
+
+        entity = {"type": "rule", "value": rid}
+        the_id = outage.raised["alert_id"] if outage.raised else alert_id(HEALTH_RULE.rule_id, "rule", rid, outage.since)
+        return {"alert_id": the_id, "revision": revision,
+                "rule_id": HEALTH_RULE.rule_id, "rule_name": HEALTH_RULE.name, "severity": HEALTH_RULE.severity,
+                "tags": list(HEALTH_RULE.tags), "entity": entity, "host_name": None, "user_name": None,
+                "window_start": outage.since, "window_end": at, "first_seen": outage.since, "last_seen": at,
+                "event_count": 1, "evidence": [], "detected_at": at,
+                "summary": f"{HEALTH_RULE.name}: {detail}"[:600]}
+
+    def _queue_health_alert(self, revision: dict) -> None:
         from ingest.delta_sink import committed_batch
 
-        if self._health_folder is None:
-            self._health_folder = AlertFolder(self.settings, "nightjar.health", {HEALTH_RULE.rule_id: HEALTH_RULE})
-            done = committed_batch(self.settings.table_path("alerts"), "nightjar.health")
-            self._health_batch = (done or 0)
-        cands = [{"rule_id": HEALTH_RULE.rule_id, "entity": {"type": "rule", "value": rid}, "window_start": at,
-                  "window_end": at, "first_seen": at, "last_seen": at, "event_count": 1, "evidence": [],
-                  "host_name": None, "user_name": None, "detail": f"its query failed: {error}"[:300]}
-                 for rid in rule_ids]
+        if self._health_batch is None:  # continue after the batches earlier runs published
+            self._health_batch = committed_batch(self.settings.table_path(TABLE_ALERTS), HEALTH_APP_ID) or 0
         self._health_batch += 1
-        self._health_pending.append((self._health_batch, cands, at))
+        self._health_pending.append((self._health_batch, [revision]))
 
     def flush_health_alerts(self) -> bool:
         """Publish the pending health alerts in order; True when none is left. A publish that fails (the lake's disk
         full while Kafka took the message) is retried with the same batch id and content: the alerts table gets the
         revision once (Delta app transaction) and the topic at worst carries an identical copy."""
+        from alerts.alert_sink import publish_alerts
+
         with self._health_lock:
             while self._health_pending:
-                batch, cands, at = self._health_pending[0]
+                batch, revisions = self._health_pending[0]
                 try:
-                    self._health_folder.process(cands, batch, at)
+                    publish_alerts(revisions, self.settings, batch, HEALTH_APP_ID)
                 except Exception as exc:
                     if batch not in self._health_warned:  # one line per alert batch, not one per poll
                         self._health_warned.add(batch)
                         log.warning("health alert(s) for %s not yet in the alerts table (%s); retrying",
-                                    ", ".join(c["entity"]["value"] for c in cands), summarize_query_error(str(exc)))
+                                    ", ".join(r["entity"]["value"] for r in revisions), summarize_query_error(str(exc)))
                     return False
                 self._health_pending.pop(0)
                 self._health_warned.discard(batch)  # written: its warning need not be remembered
             return True
+
+
+def _span(seconds: float) -> str:
+    """A duration for the SOC: ``45 s``, ``2 min 10 s``, ``1 h 5 min``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _utc(ts: dt.datetime) -> str:
+    return ts.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,

@@ -4,7 +4,11 @@ split — also the events that waited for a DHCP lease that never came."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import logging
+import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -94,28 +98,43 @@ def rule() -> Windowed:
 '''
 
 
-def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no_alert(spark, own_broker, tmp_path):
+def run_flaky_rule(own_broker, tmp_path, **settings_changes) -> tuple[Path, list[dict], list[str]]:
+    """A drain over 40 connections from 5 sources with the flaky rule (its windowed query fails once, on its first
+    batch); returns the lake, the alerts table's rows and the flaky rule's own alerts' sources."""
     lake, rules = tmp_path / "lake", tmp_path / "rules"
     rules.mkdir()
     attempts = tmp_path / "attempts"
     (rules / "flaky.py").write_text(FLAKY_RULE.format(attempts=str(attempts)))
-    settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,))
+    settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,),
+                        **settings_changes)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
     sources = [f"198.51.100.{i}" for i in range(1, 6)]
     send(own_broker.bootstrap, [conn(T0 + i, f"C{i}", sources[i % 5], "10.10.8.20", 22) for i in range(40)])
 
     run_pipeline(settings, Trigger(available_now=True))
 
-    assert attempts.read_text() == "2"  # the rule really failed twice before it ran
+    assert attempts.read_text() == "2"  # the rule really failed (whole batch, then alone) before it ran
     alerts = table_dataset(lake, TABLE_ALERTS).to_table().to_pylist()
     mine = [a for a in alerts if a["rule_id"] == "flaky_conns"]
     assert sorted(a["entity"]["value"] for a in mine) == sorted(sources)  # one per source: none lost, none twice
     assert all(a["event_count"] == 8 for a in mine)
-    # The SOC was told that coverage dropped, with the rule in the entity.
-    health = [a for a in alerts if a["rule_id"] == "nightjar.rule_health"]
-    assert {(a["entity"]["type"], a["entity"]["value"]) for a in health} == {("rule", "flaky_conns")}
-    # ... and the rule's health went from restarting back to running.
+    return lake, alerts, sources
+
+
+def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no_alert(spark, own_broker, tmp_path,
+                                                                                      caplog):
+    """The query fails once and is running again long before the grace is over: a transient. No health alert cries
+    wolf; pipeline_progress and the log keep the record. (10 min: far beyond a restart even on a loaded machine.)"""
+    caplog.set_level(logging.WARNING, logger="nightjar.pipeline")
+    lake, alerts, _ = run_flaky_rule(own_broker, tmp_path, health_grace_s=600.0)
+
+    assert [a for a in alerts if a["rule_id"] == "nightjar.rule_health"] == []
+    transient = [r.getMessage() for r in caplog.records if "a transient within the 10 min grace" in r.getMessage()]
+    assert [m.split()[1] for m in transient] == ["flaky_conns"], transient
+    # The rule's health went from restarting (with the failure) back to running.
     rows = table_dataset(lake, TABLE_PIPELINE_PROGRESS).to_table().to_pylist()
+    failures = [r["error"] for r in rows if r["rule_id"] == "flaky_conns" and r["status"] == "restarting"]
+    assert failures and all(failures), rows
     states = [r["status"] for r in sorted(rows, key=lambda r: r["timestamp"]) if r["rule_id"] == "flaky_conns"]
     assert "restarting" in states and states[-1] == "running", states
     # `nightjar rules list` reads the same rows: the rule is running again, with its last batch and alert.
@@ -124,6 +143,22 @@ def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no
     health_now = read_rule_health(lake)["flaky_conns"]
     assert health_now["status"] == "running" and health_now["error"] is None
     assert health_now["last_batch_at"] is not None and health_now["last_alert_at"] is not None
+
+
+def test_a_rule_down_past_its_grace_raises_one_health_alert_and_closes_it_when_it_runs_again(spark, own_broker,
+                                                                                             tmp_path):
+    """With a grace shorter than the restart's 1 s backoff the same failure is an outage: one health alert naming the
+    rule and how long it was down, then its next revision saying it recovered (same alert_id)."""
+    _, alerts, _ = run_flaky_rule(own_broker, tmp_path, health_grace_s=0.5)
+
+    health = sorted((a for a in alerts if a["rule_id"] == "nightjar.rule_health"), key=lambda a: a["revision"])
+    assert [(a["entity"]["type"], a["entity"]["value"], a["revision"]) for a in health] == [
+        ("rule", "flaky_conns", 1), ("rule", "flaky_conns", 2)]
+    raised, closed = health
+    assert raised["alert_id"] == closed["alert_id"]
+    assert "rule flaky_conns has been down for " in raised["summary"] and "Last error:" in raised["summary"]
+    assert "rule flaky_conns is running again after " in closed["summary"]
+    assert closed["window_start"] == raised["window_start"] and closed["last_seen"] >= raised["last_seen"]
 
 
 @pytest.mark.parametrize("max_offsets", [20, 1_000])  # 20: 4 batches, the scan split across them
@@ -227,23 +262,17 @@ def test_a_jvm_call_cut_by_the_stop_is_one_info_line_and_before_the_stop_stays_a
 def test_a_health_alert_the_alerts_table_could_not_take_is_retried_until_it_lands_once(settings, broker) -> None:
     """The lake's disk full while Kafka works (seen in the chaos test): the health alert reached the topic but not
     the table. It stays pending and is written by a later poll, once, with the content the topic carries."""
-    import datetime as dt
     import shutil
-    import threading
 
     from alerts.detection_stream import HEALTH_RULE
-    from nightjar.pipeline import Supervisor
 
     ensure_topics(settings, [TOPIC_ALERTS])
-    sup = object.__new__(Supervisor)  # only the health-alert path: no Spark session, no queries
-    sup.settings = settings
-    sup._health_folder, sup._health_batch, sup._health_pending, sup._health_warned = None, None, [], set()
-    sup._health_lock = threading.RLock()
+    sup = health_only_supervisor(settings.with_(health_grace_s=0.0))  # every failure is an outage at once
     table = settings.table_path(TABLE_ALERTS)
     table.parent.mkdir(parents=True, exist_ok=True)
     table.write_text("not a Delta table: writes into it fail")  # a real failure of the table write
-    at = dt.datetime(2026, 3, 9, 10, 40)
-    sup._health_alerts(["dns_dga"], "Python worker failed to connect back", at)
+    sup.health.track(["dns_dga"], "windowed")
+    sup.health.failed(["dns_dga"], "Python worker failed to connect back")
     assert len(sup._health_pending) == 1 and not table.is_dir()
     assert sup.flush_health_alerts() is False  # still failing: still pending
     table.unlink()
@@ -253,3 +282,108 @@ def test_a_health_alert_the_alerts_table_could_not_take_is_retried_until_it_land
     assert sup.flush_health_alerts() is True  # nothing left, nothing written twice
     assert row_count(settings.lake, TABLE_ALERTS) == 1
     shutil.rmtree(table)
+
+
+def health_only_supervisor(settings: Settings):
+    """A Supervisor with only its rule-health path (a real RuleHealth; no Spark session, no queries)."""
+    from alerts.detection_stream import RuleHealth
+    from nightjar.pipeline import Supervisor
+
+    sup = object.__new__(Supervisor)
+    sup.settings = settings
+    sup._health_batch, sup._health_pending, sup._health_warned, sup._outages = None, [], set(), {}
+    sup._health_lock = threading.RLock()
+    sup.health = RuleHealth()
+    sup.health.on_failure = sup._health_alerts
+    return sup
+
+
+def test_a_transient_within_the_grace_publishes_nothing_and_an_outage_is_raised_then_closed(settings, broker):
+    """Rule by rule: down and back within the grace is no alert; down for good (disabled) is one alert at once, and
+    its recovery the next revision of the same alert; a later outage of the same rule is a new alert."""
+    from alerts.detection_stream import HEALTH_RULE
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    sup = health_only_supervisor(settings)  # the default grace: 2 min, far longer than this test
+    sup.health.track(["dns_dga", "ssh_brute_force"], "windowed")
+    sup.health.failed(["dns_dga", "ssh_brute_force"], "Python worker failed to connect back")
+    sup.check_outages()
+    assert set(sup._outages) == {"dns_dga", "ssh_brute_force"} and sup._health_pending == []
+    sup.health.batch_done("windowed", ["dns_dga", "ssh_brute_force"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    sup.check_outages()
+    assert sup._outages == {} and sup._health_pending == []
+    assert not settings.table_path(TABLE_ALERTS).exists()  # nothing published for the transient
+
+    for _ in range(3):  # its own evaluation fails three times in a row: disabled, down for good at once
+        sup.health.fault("dns_dga", "division by zero")
+    assert sup.health.get("dns_dga").status == "disabled"
+    sup.health.track(["dns_dga"], "windowed")  # its file changed: loaded again ...
+    sup.health.batch_done("windowed", ["dns_dga"], dt.datetime.now(dt.UTC).replace(tzinfo=None))  # ... and it ran
+    sup.check_outages()
+    sup.health.failed(["dns_dga"], "Python worker failed to connect back")  # a new outage, past a zero grace
+    sup.settings = settings.with_(health_grace_s=0.0)
+    sup.check_outages()
+    sup.health.batch_done("windowed", ["dns_dga"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    sup.check_outages()
+
+    rows = sorted(table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist(),
+                  key=lambda r: (r["window_start"], r["revision"]))
+    assert [(r["rule_id"], r["entity"]["value"], r["revision"]) for r in rows] == [
+        (HEALTH_RULE.rule_id, "dns_dga", 1), (HEALTH_RULE.rule_id, "dns_dga", 2),
+        (HEALTH_RULE.rule_id, "dns_dga", 1), (HEALTH_RULE.rule_id, "dns_dga", 2)]
+    assert rows[0]["alert_id"] == rows[1]["alert_id"] != rows[2]["alert_id"] == rows[3]["alert_id"]
+    assert "disabled until its file changes" in rows[0]["summary"] and "division by zero" in rows[0]["summary"]
+    assert "is running again after" in rows[1]["summary"]
+    assert "has been down for" in rows[2]["summary"] and "connect back" in rows[2]["summary"]
+
+
+def test_the_grace_is_a_setting_with_one_duration_syntax():
+    from core.config import DEFAULT_HEALTH_GRACE_S, settings_from_env
+    from core.errors import UserError
+
+    assert settings_from_env(environ={}).health_grace_s == DEFAULT_HEALTH_GRACE_S == 120.0
+    assert settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": "5m"}).health_grace_s == 300.0
+    assert settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": "0"}).health_grace_s == 0.0
+    for bad in ("soon", "-5s"):
+        with pytest.raises(UserError, match="NIGHTJAR_HEALTH_GRACE") as err:
+            settings_from_env(environ={"NIGHTJAR_HEALTH_GRACE": bad})
+        assert err.value.exit_code == 2
+
+
+def test_a_health_alert_left_open_by_a_stopped_run_is_closed_by_the_next_run_once_the_rule_runs(settings, broker):
+    from alerts.detection_stream import HEALTH_RULE
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    first = health_only_supervisor(settings.with_(health_grace_s=0.0))
+    first.health.track(["dns_dga"], "windowed")
+    first.health.failed(["dns_dga"], "Python worker failed to connect back")  # raised; then the run stops
+    second = health_only_supervisor(settings)
+    second.carry_open_outages()
+    second.health.track(["dns_dga"], "windowed")
+    second.check_outages()  # tracked, no batch completed in this run yet: still open
+    assert second._health_pending == [] and row_count(settings.lake, TABLE_ALERTS) == 1
+    second.health.batch_done("windowed", ["dns_dga"], dt.datetime.now(dt.UTC).replace(tzinfo=None))
+    second.check_outages()
+    rows = sorted(table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist(), key=lambda r: r["revision"])
+    assert [(r["rule_id"], r["entity"]["value"], r["revision"]) for r in rows] == [
+        (HEALTH_RULE.rule_id, "dns_dga", 1), (HEALTH_RULE.rule_id, "dns_dga", 2)]
+    assert rows[0]["alert_id"] == rows[1]["alert_id"] and "is running again after" in rows[1]["summary"]
+    third = health_only_supervisor(settings)
+    third.carry_open_outages()
+    assert third._outages == {}  # closed: nothing to carry
+
+
+def test_a_query_that_used_up_its_restarts_raises_its_rules_health_alerts_at_once(settings, broker):
+    """--max-restarts failures in a row end the run: its rules will not come back, so no grace is waited for."""
+    from core.errors import UserError
+    from nightjar.pipeline import Managed
+
+    ensure_topics(settings, [TOPIC_ALERTS])
+    sup = health_only_supervisor(settings)  # the default grace: 2 min
+    sup.health.track(["ssh_login_success_after_failures"], "ingest")
+    ingest = Managed("ingest", start=lambda: None, rules=lambda: ["ssh_login_success_after_failures"], max_restarts=0)
+    with pytest.raises(UserError, match="failed 1 times in a row"):
+        sup._failed(ingest, "Python worker failed to connect back")
+    rows = table_dataset(settings.lake, TABLE_ALERTS).to_table().to_pylist()
+    assert [(r["entity"]["value"], r["revision"]) for r in rows] == [("ssh_login_success_after_failures", 1)]
+    assert "its query ingest failed 1 times in a row and the run stops" in rows[0]["summary"]
