@@ -9,8 +9,10 @@ Plain ``DataFrame -> DataFrame`` functions, the same in batch and streaming::
 Why Arrow-batched Python and not Spark SQL expressions: the per-record work (regexes, JSON, branching per source)
 is what Python does well, and one ``mapInArrow`` node plans in milliseconds, where the SQL parse of the 412-field
 contract planned for a second per micro-batch and cost 400-500 µs of core time per record (docs/performance.md).
-The records cross to the Python workers and back as Arrow column batches; the raw columns are passed through
-untouched (no copy into Python objects), so ``bronze`` and ``quarantine`` keep the exact bytes.
+The records cross to the Python workers and back as Arrow column batches. Only what the parse needs goes there, and
+only the quarantined records' bytes come back (untouched Arrow buffers, so ``quarantine`` keeps the exact bytes;
+``bronze`` is written from the records themselves): the round trip of every record's bytes and headers cost the JVM
+more than half again of its share (docs/events_contract.md).
 """
 
 from __future__ import annotations
@@ -29,17 +31,22 @@ from ingest.sources.record_parser import DEFAULT_MAX_RECORD_BYTES, FORMAT_AUTO, 
 
 ERROR_COLUMN = "_error"
 SOURCE_FILE_HEADER = "nightjar.source_file"  # set by ingest.file_source: part of event.id
+# What crosses into the Python workers: the record's bytes and coordinates, and the file a line came from (read from
+# the headers in the JVM, so that the headers array does not make the round trip).
+INPUT_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "_source_file")
+# What comes back besides the event: the coordinates, and the raw bytes only on the rows that go to quarantine (the
+# bytes of every record are in bronze already; sending each back doubled the Arrow round trip's cost).
 RAW_FIELDS: tuple[pa.Field, ...] = (
-    pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("headers", pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))),
+    pa.field("value", pa.binary()), pa.field("topic", pa.string()), pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()), pa.field("timestamp", pa.timestamp("us", tz="UTC")),
     pa.field("ingested_at", pa.timestamp("us", tz="UTC")),
 )
 RAW_COLUMNS: tuple[str, ...] = tuple(f.name for f in RAW_FIELDS)
 ERROR_TYPE = pa.struct([pa.field("parser", pa.string()), pa.field("reason", pa.string())])
 OUTPUT_SCHEMA = pa.schema([*CORE_ARROW_SCHEMA, *RAW_FIELDS, pa.field(ERROR_COLUMN, ERROR_TYPE)])
 QUARANTINE_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "parser", "error")
+_SPARK_INPUT = {"value": "binary", "topic": "string", "partition": "int", "offset": "bigint",
+                "timestamp": "timestamp", "ingested_at": "timestamp"}
 
 
 def _spark_schema():
@@ -48,42 +55,39 @@ def _spark_schema():
 
 def parse_bronze(bronze: DataFrame, fmt: str = FORMAT_AUTO,
                  max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> DataFrame:
-    """Core columns + ``detail`` + the raw columns + ``_error`` (null when the record parsed); one row per input
-    row, in batch and streaming alike; never raises on bad data."""
+    """Core columns + ``detail`` + the record's coordinates (+ its bytes when quarantined) + ``_error`` (null when the
+    record parsed); one row per input row, in batch and streaming alike; never raises on bad data."""
     if fmt not in formats():
         raise ValueError(f"format must be one of {', '.join(formats())}, not {fmt!r}")
     cols = set(bronze.columns)
     missing = {"value", "topic", "partition", "offset"} - cols
     if missing:
         raise ValueError(f"not a bronze-shaped DataFrame: no column(s) {', '.join(sorted(missing))}")
-    raw = [F.col(name).cast(_SPARK_RAW[name]).alias(name) if name in cols else
-           F.lit(None).cast(_SPARK_RAW[name]).alias(name) for name in RAW_COLUMNS]
+    inputs = [F.col(name).cast(typ).alias(name) if name in cols else F.lit(None).cast(typ).alias(name)
+              for name, typ in _SPARK_INPUT.items()]
+    source_file = (F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(SOURCE_FILE_HEADER)),
+                                    F.lit(1))["value"].cast("string")
+                   if "headers" in cols else F.lit(None).cast("string"))
 
     def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield parse_batch(batch, fmt, max_record_bytes)
 
-    return bronze.select(*raw).mapInArrow(parse_batches, _spark_schema())
-
-
-_SPARK_RAW = {"key": "binary", "value": "binary", "topic": "string", "partition": "int", "offset": "bigint",
-              "timestamp": "timestamp", "headers": "array<struct<key: string, value: binary>>",
-              "ingested_at": "timestamp"}
+    return bronze.select(*inputs, source_file.alias("_source_file")).mapInArrow(parse_batches, _spark_schema())
 
 
 def parse_batch(batch: pa.RecordBatch, fmt: str = FORMAT_AUTO,
                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> pa.RecordBatch:
-    """One Arrow batch of bronze rows -> the same rows parsed (:data:`OUTPUT_SCHEMA`)."""
+    """One Arrow batch of :data:`INPUT_COLUMNS` -> the same rows parsed (:data:`OUTPUT_SCHEMA`)."""
     n = batch.num_rows
     values = batch.column("value").to_pylist()
     topics = batch.column("topic").to_pylist()
     partitions = batch.column("partition").to_pylist()
     offsets = batch.column("offset").to_pylist()
     created = batch.column("timestamp").cast(pa.int64()).to_pylist()
-    ingested_col = batch.column("ingested_at")
     now_us = int(time.time() * 1_000_000)
-    ingested = [now_us if v is None else v for v in ingested_col.cast(pa.int64()).to_pylist()]
-    files = _source_files(batch.column("headers"))
+    ingested = [now_us if v is None else v for v in batch.column("ingested_at").cast(pa.int64()).to_pylist()]
+    files = batch.column("_source_file").to_pylist()
     events: list[dict] = []
     parsers: list[str | None] = []
     reasons: list[str | None] = []
@@ -95,27 +99,15 @@ def parse_batch(batch: pa.RecordBatch, fmt: str = FORMAT_AUTO,
         parsers.append(parsed.error[0] if parsed.error else None)
         reasons.append(parsed.error[1] if parsed.error else None)
     core = to_arrow(events)
-    error_valid = pa.array([p is not None for p in parsers])
+    failed = pa.array([p is not None for p in parsers])
     error = pa.StructArray.from_arrays([pa.array(parsers, pa.string()), pa.array(reasons, pa.string())],
-                                       names=["parser", "reason"], mask=pc.invert(error_valid))
-    ingested_arr = pa.array(ingested, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
-    raw = [ingested_arr if f.name == "ingested_at" else batch.column(f.name).cast(f.type) for f in RAW_FIELDS]
-    return pa.RecordBatch.from_arrays([*core.flatten(), *raw, error], schema=OUTPUT_SCHEMA)
-
-
-def _source_files(headers: pa.Array) -> list[str | None]:
-    """The ``nightjar.source_file`` header of each row (None for Kafka records: only file lines carry it)."""
-    if headers.null_count == len(headers):
-        return [None] * len(headers)
-    out: list[str | None] = []
-    for row in headers.to_pylist():
-        found = None
-        for h in row or ():
-            if h["key"] == SOURCE_FILE_HEADER and h["value"] is not None:
-                found = h["value"].decode("utf-8", "replace")
-                break
-        out.append(found)
-    return out
+                                       names=["parser", "reason"], mask=pc.invert(failed))
+    raw = {
+        "value": pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary())),
+        "ingested_at": pa.array(ingested, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+    }
+    columns = [raw.get(f.name, batch.column(f.name)).cast(f.type) for f in RAW_FIELDS]
+    return pa.RecordBatch.from_arrays([*core.flatten(), *columns, error], schema=OUTPUT_SCHEMA)
 
 
 def events_of(parsed: DataFrame) -> DataFrame:
