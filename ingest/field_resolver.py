@@ -9,10 +9,12 @@ matching nothing.
 Resolution order for ``name`` over ``datasets`` (all datasets when None):
 
 1. a core column of the events contract (``source.ip``, ``event.code``) or an enrichment column;
-2. a field of the datasets' field lists (``ingest/sources/*/fields.yml``) by its name or one of its aliases — each
-   dataset may place it differently (Zeek's ``query`` is the core ``dns.question.name``; sshd's
-   ``system.auth.ssh.method`` is a detail key), so a name can resolve to several places, one per dataset group;
-3. Sigma's generic taxonomy (:data:`SIGMA_TAXONOMY`: ``User`` -> ``user.name``), then 1–2 again;
+then, per dataset (each may place a name differently, so a name can resolve to several places, one per group of
+datasets, read with a ``CASE`` on ``event.dataset``):
+
+2. a field of the dataset's field lists (``ingest/sources/*/fields.yml``) by its name or one of its aliases (Zeek's
+   ``query`` is the core ``dns.question.name``; sshd's ``system.auth.ssh.method`` is a detail key);
+3. Sigma's generic taxonomy (:data:`SIGMA_TAXONOMY`: ``User`` -> ``user.name``) where the dataset does not name it;
 4. an open dataset (a JSON payload's or a Windows event's own data) takes any other name as a detail key.
 """
 
@@ -100,47 +102,41 @@ class UnknownField(KeyError):
 
 
 def resolve(name: str, datasets: Iterable[str] | None = None) -> Resolved:
-    """Where ``name`` lives for events of ``datasets`` (see the module doc); :class:`UnknownField` when nowhere."""
+    """Where ``name`` lives for events of ``datasets`` (see the module doc); :class:`UnknownField` when nowhere.
+
+    Decided per dataset, so a source's own meaning wins where it has one: Sysmon's ``User`` is its own field
+    (``DOMAIN\\name``), while for datasets that do not name ``User`` Sigma's taxonomy makes it ``user.name``."""
     scope = None if datasets is None else tuple(sorted(set(datasets)))
-    found = _resolve(name, scope, any_name=False)
-    if found is None and name in SIGMA_TAXONOMY:
-        found = _resolve(SIGMA_TAXONOMY[name], scope, any_name=False)
-    if found is None:  # step 4 last: an open dataset's catch-all must not hide the taxonomy's column
-        found = _resolve(name, scope, any_name=True)
-    if found is None:
-        raise UnknownField(name, scope)
-    return Resolved(name, found)
-
-
-def _resolve(name: str, scope: tuple[str, ...] | None, any_name: bool = True) -> tuple[Place, ...] | None:
     if name in ALL_COLUMN_TYPES and name != DETAIL:
-        return (Place(ALL_COLUMN_TYPES[name], core=name),)
+        return Resolved(name, (Place(ALL_COLUMN_TYPES[name], core=name),))
     registry = registry_datasets()
-    names = scope if scope is not None else tuple(sorted(registry))
+    taxonomy = SIGMA_TAXONOMY.get(name)
     by_place: dict[tuple[str | None, str | None, str], list[str]] = {}
-    open_sets: list[str] = []
-    for dataset in names:
-        hit = None
-        for d in dataset_fields(dataset):
-            for f in d.fields:
-                if f.name == name or name in f.aliases:
-                    hit = (f.core, None if f.core else f.name, f.type)
-                    break
-            if hit:
-                break
-            if d.open and any_name:
-                open_sets.append(dataset)
-        if hit is not None:
-            by_place.setdefault(hit, []).append(dataset)
-    for dataset in open_sets:
-        if not any(dataset in ds for ds in by_place.values()):
-            by_place.setdefault((None, name, "string"), []).append(dataset)
+    for dataset in scope if scope is not None else tuple(sorted(registry)):
+        place = _declared(name, dataset)
+        if place is None and taxonomy is not None:
+            place = (taxonomy, None, ALL_COLUMN_TYPES[taxonomy]) if taxonomy in ALL_COLUMN_TYPES else \
+                _declared(taxonomy, dataset)
+        if place is None and any(d.open for d in dataset_fields(dataset)):
+            place = (None, name, "string")  # an open dataset's own data: any name may be there
+        if place is not None:
+            by_place.setdefault(place, []).append(dataset)
     if not by_place:
-        return None
+        raise UnknownField(name, scope)
     if len(by_place) == 1 and next(iter(by_place))[0] is not None:
         core, _key, typ = next(iter(by_place))
-        return (Place(typ, core=core),)
-    return tuple(Place(typ, core=core, detail_key=key, datasets=tuple(ds)) for (core, key, typ), ds in by_place.items())
+        return Resolved(name, (Place(typ, core=core),))
+    return Resolved(name, tuple(Place(typ, core=core, detail_key=key, datasets=tuple(ds))
+                                for (core, key, typ), ds in by_place.items()))
+
+
+def _declared(name: str, dataset: str) -> tuple[str | None, str | None, str] | None:
+    """(core column, detail key, type) of the field ``name`` (or alias) in ``dataset``'s field lists, or None."""
+    for d in dataset_fields(dataset):
+        for f in d.fields:
+            if f.name == name or name in f.aliases:
+                return f.core, None if f.core else f.name, f.type
+    return None
 
 
 # -- expressions ----------------------------------------------------------------------------------------------------

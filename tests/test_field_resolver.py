@@ -36,9 +36,18 @@ def events(spark):
 
 def test_core_names_and_sigma_taxonomy_resolve_to_core_columns():
     assert resolve("source.ip").core == "source.ip"
-    assert resolve("User").core == "user.name"
-    assert resolve("CommandLine").core == "process.command_line"
+    assert resolve("User", ["system.auth", "dhcpd"]).core == "user.name"
+    assert resolve("CommandLine", ["system.auth"]).core == "process.command_line"
     assert resolve("nightjar.user.is_admin").type == "boolean"
+
+
+def test_a_sources_own_field_wins_over_the_taxonomy_for_its_datasets():
+    """Sysmon's ``User`` is ``DOMAIN\\name`` as written; for the auth log, Sigma's ``User`` is ``user.name``."""
+    sysmon = resolve("User", ["windows.sysmon_operational"])
+    assert sysmon.core is None and sysmon.places[0].detail_key == "User"
+    mixed = resolve("User", ["windows.sysmon_operational", "system.auth"])
+    places = {p.datasets: (p.core, p.detail_key) for p in mixed.places}
+    assert places == {("windows.sysmon_operational",): (None, "User"), ("system.auth",): ("user.name", None)}
 
 
 def test_source_fields_resolve_per_dataset_with_their_type():
@@ -52,7 +61,9 @@ def test_source_fields_resolve_per_dataset_with_their_type():
 
 def test_unknown_names_are_refused_by_name():
     with pytest.raises(UnknownField, match="'no_such_field'"):
-        resolve("no_such_field", ["system.syslog"])
+        resolve("no_such_field", ["system.auth", "dhcpd"])
+    # an open dataset (a JSON payload's keys) takes any name as a key of detail
+    assert resolve("no_such_field", ["system.syslog"]).places[0].detail_key == "no_such_field"
 
 
 def test_spark_and_duckdb_read_the_same_typed_values(events):
