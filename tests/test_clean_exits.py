@@ -153,6 +153,7 @@ def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120
     return started
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_dashboard_and_its_server(tmp_path):
     port = free_port()
     log = tmp_path / "dashboard.log"

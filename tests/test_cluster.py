@@ -37,6 +37,7 @@ def alert_ids(lake: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(1800)
 def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path):
     from alerts.rule_loader import BUILTIN_RULES

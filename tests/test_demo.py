@@ -32,6 +32,7 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     """No fixed duration: the demo runs until parsed events reach the lake (bounded generously: a fresh 2-core
     machine needs most of a minute to warm Spark up), then SIGTERM must stop everything, as Ctrl-C would."""

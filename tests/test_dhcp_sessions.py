@@ -184,6 +184,7 @@ def normalized(row: dict) -> str:
     return json.dumps({**row, "event": event}, sort_keys=True, default=str)
 
 
+@pytest.mark.e2e
 def test_an_indicator_added_while_the_pipeline_runs_is_matched_from_the_next_batch_on(spark, own_broker, tmp_path):
     from nightjar.pipeline import Trigger, run_pipeline
 

@@ -19,7 +19,7 @@ from alerts.ml.features import FEATURE_COLUMNS, entity_features, shannon_entropy
 from generator.stealth_scenarios import STEALTH_NAMES, generate_files
 
 # Parsing the generated logs through the pipeline's transformations takes minutes on the shared two-core machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 MONDAY = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()
 HOSTS, USERS = 20, 10

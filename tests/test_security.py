@@ -70,6 +70,7 @@ def test_a_client_that_cannot_authenticate_fails_in_one_line_without_the_secret(
         assert SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_dashboard_listens_on_loopback_only_by_default(tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "nightjar.cli", "dashboard", "--lake", str(tmp_path / "lake"),

@@ -93,6 +93,7 @@ def rule() -> Windowed:
 '''
 
 
+@pytest.mark.e2e
 def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no_alert(spark, own_broker, tmp_path):
     lake, rules = tmp_path / "lake", tmp_path / "rules"
     rules.mkdir()
@@ -125,6 +126,7 @@ def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no
     assert health_now["last_batch_at"] is not None and health_now["last_alert_at"] is not None
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("max_offsets", [20, 1_000])  # 20: 4 batches, the scan split across them
 def test_a_drain_writes_every_event_and_alerts_on_a_scan_by_a_host_without_a_lease(spark, own_broker, tmp_path,
                                                                                    max_offsets):
