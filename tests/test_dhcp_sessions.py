@@ -122,6 +122,7 @@ def by_uid(lake) -> dict[str, dict]:
     return {r["zeek"]["session_id"]: r for r in rows if r["event"]["dataset"] == "zeek.conn"}
 
 
+@pytest.mark.e2e
 def test_lease_reassignment_attributes_out_of_order_events_to_the_holder_at_their_time(spark, own_broker, tmp_path):
     lake = tmp_path / "lake"
     seed_reference_tables(lake)

@@ -177,6 +177,7 @@ def _stream_conf(query, key: str) -> str:
     return query._jsq.streamingQuery().sparkSessionForStream().conf().get(key)
 
 
+@pytest.mark.e2e
 def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_writes_nothing(
         spark, own_broker, settings):
     settings = settings.with_(bootstrap=own_broker.bootstrap, max_offsets_per_trigger=500)
