@@ -1,6 +1,7 @@
 """alerts/backtest.py on a rule's own sample events: the alert it raises, the same id whenever it runs, the time window
 and the time arguments. The stream-vs-backtest parity over a generated attack run is end to end
-(tests/test_detections.py, slow); these checks keep the module in the quick tier."""
+(tests/test_detections.py); the sample run here parses, enriches and backtests in Spark (248 s at load 20-30), so it
+is slow too, and the time arguments' check keeps the module in the quick tier."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def brute_force(spark):
     return rules[0]
 
 
+@pytest.mark.slow
 def test_a_rule_in_batch_raises_its_alert_with_the_same_id_on_every_run_and_only_within_the_window(spark,
                                                                                                   brute_force):
     # 20 failed logins from one address at 10:00:01 on 2026-03-09 (the rule's positive samples)
