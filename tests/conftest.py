@@ -23,8 +23,18 @@ LONGEST_FIRST = ("test_chaos.py", "test_dashboard_pages.py", "test_pipeline.py",
                  "test_demo.py", "test_rule_pack.py")
 
 
+# Markers of tests that take minutes (end-to-end runs, a browser, a Spark cluster, held faults, benchmarks): each also
+# counts as slow, so that -m "not slow" (scripts/test --quick) is the quick tier however a test is marked.
+HEAVY_MARKERS = ("e2e", "browser", "cluster", "chaos", "storm", "outage", "bench")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's -m deselection, which then sees the added slow marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest test files first (a stable sort: tests keep their order within a file)."""
+    """Mark every heavy test slow too, and run the longest test files first (a stable sort: tests keep their order
+    within a file)."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in HEAVY_MARKERS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 

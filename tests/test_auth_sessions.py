@@ -221,6 +221,7 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
     assert len(got) == 9 and got[("24.6.7.10", 50008)]["matched"] and got[("24.6.7.10", 50008)]["user_name"] == "judy"
 
 
+@pytest.mark.slow
 def test_the_batch_join_over_history_gives_the_same_sessions(spark):
     from enrich.auth_sessions import auth_sessions_batch
     from ingest.file_source import lines_dataframe

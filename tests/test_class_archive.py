@@ -76,6 +76,7 @@ def test_a_path_with_blanks_reaches_the_jvm_as_one_option(tmp_path: Path, monkey
     assert class_archive.driver_java_options() == f'"-XX:SharedArchiveFile={archive}"'
 
 
+@pytest.mark.slow
 def test_setup_builds_an_archive_that_a_spark_session_maps(tmp_path: Path) -> None:
     """The builder as ``scripts/setup`` runs it; then a session started with ``-Xshare:on`` (which makes the JVM
     refuse to start when the archive cannot be mapped) loads Spark's classes from the archive."""

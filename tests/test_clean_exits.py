@@ -53,6 +53,7 @@ def generated_lake(broker, tmp_path_factory) -> Path:
     return lake
 
 
+@pytest.mark.slow
 def test_arrow_threads_busy_at_exit_do_not_abort_the_program(generated_lake):
     """Scans through deltalake's PyFileSystem still running when the program ends: without the workaround most such
     runs abort (134 or 139, measured 6 of 10); through ``run_as_program`` every one exits with the command's status."""
@@ -83,6 +84,7 @@ def test_arrow_threads_busy_at_exit_do_not_abort_the_program(generated_lake):
         assert (done.returncode, done.stdout) == (3, "read\n"), done.stderr[-500:]
 
 
+@pytest.mark.slow
 def test_commands_reading_several_tables_exit_zero(generated_lake, broker):
     from core.config import TOPIC_ALERTS, Settings
     from ingest.embedded_broker import ensure_topics
@@ -161,6 +163,7 @@ def _terminate_and_check(proc: subprocess.Popen, log: Path, timeout: float = 120
     return started
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_dashboard_and_its_server(tmp_path):
     port = free_port()
     log = tmp_path / "dashboard.log"

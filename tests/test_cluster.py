@@ -4,6 +4,7 @@ local-mode run of the same input."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ def alert_ids(lake: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(1800)
 def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path):
     from alerts.rule_loader import BUILTIN_RULES
@@ -89,3 +91,45 @@ def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path
     assert len(local_events) > 5000 and cluster_events == local_events
     cluster_alerts, local_alerts = alert_ids(tmp_path / "cluster-lake"), alert_ids(tmp_path / "local-lake")
     assert local_alerts and cluster_alerts == local_alerts
+
+
+# --- without a cluster: quick, so that nightjar/cluster.py stays in the quick tier -------------------------------------
+
+def _cluster_args(*argv: str) -> argparse.Namespace:
+    from nightjar import cluster
+
+    parser = argparse.ArgumentParser()
+    cluster.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_a_pid_file_a_reboot_left_is_no_cluster_and_down_clears_it(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The state directory names the master by a pid that runs (this test's own) with another start time: what a
+    reboot leaves behind. Status says nothing runs (exit 3) and down stops nothing, above all not that process."""
+    from nightjar import cluster
+
+    layout = cluster.ClusterLayout(tmp_path)
+    layout.pid_file("worker-1").write_text(f"{os.getpid()} 1\n")
+    layout.pid_file("master").write_text(f"{os.getpid()} 1\n")
+    assert layout.names() == ["master", "worker-1"]  # master first
+    settings = Settings(lake=tmp_path / "lake")
+    assert cluster.run(_cluster_args("status", "--state-dir", str(tmp_path)), settings) == 3
+    assert capsys.readouterr().out.strip() == f"no cluster runs from {tmp_path}"
+    assert cluster.run(_cluster_args("down", "--state-dir", str(tmp_path)), settings) == 0
+    assert capsys.readouterr().out.strip() == f"no cluster runs from {tmp_path}"
+    assert layout.names() == []  # the stale files are gone; this process still runs
+    assert cluster.master_state(cluster.ClusterLayout(tmp_path, ui_port=free_port()), timeout=0.5) is None
+    assert cluster.alive_workers(None) == 0
+    assert cluster.alive_workers({"workers": [{"state": "ALIVE"}, {"state": "DEAD"}]}) == 1
+
+
+def test_workers_and_cores_below_one_are_a_usage_error(tmp_path: Path) -> None:
+    from core.errors import UserError
+    from nightjar import cluster
+
+    for flag in ("--workers", "--worker-cores"):
+        with pytest.raises(UserError, match="--workers and --worker-cores must be at least 1") as caught:
+            cluster.run(_cluster_args("up", flag, "0", "--state-dir", str(tmp_path)), Settings(lake=tmp_path))
+        assert caught.value.exit_code == 2
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written

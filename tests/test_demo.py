@@ -32,6 +32,7 @@ def _cmdline(pid: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_demo_runs_everything_and_stops_cleanly(tmp_path):
     """No fixed duration: the demo runs until parsed events reach the lake (bounded generously: a fresh 2-core
     machine needs most of a minute to warm Spark up), then SIGTERM must stop everything, as Ctrl-C would."""
@@ -101,3 +102,43 @@ def test_demo_runs_everything_and_stops_cleanly(tmp_path):
 
 def _rows(lake: Path, table: str) -> int:
     return row_count(lake, table) if is_delta_table(lake / table) else 0
+
+
+# --- without starting the demo: quick, so that nightjar/demo.py stays in the quick tier ------------------------------
+
+def test_stopping_the_demos_children_leaves_none_of_their_processes_and_a_dead_child_is_reported(tmp_path: Path):
+    """A child with a grandchild in a process group of its own (as PySpark's daemons are), which the child's SIGTERM
+    does not reach, is gone with its whole tree after stop_all; a child that exited is reported with its status."""
+    from nightjar.demo import _Children
+
+    children = _Children()
+    parent = ("import subprocess, sys, time; "
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+              "print('ready', flush=True); time.sleep(120)")
+    children.start("parent", [sys.executable, "-c", parent], tmp_path / "parent.log")
+    children.start("quitter", [sys.executable, "-c", "raise SystemExit(7)"], tmp_path / "quitter.log")
+    deadline = time.monotonic() + 60
+    while "ready" not in (tmp_path / "parent.log").read_text() or children.procs["quitter"].poll() is None:
+        assert time.monotonic() < deadline, "the children did not start"
+        time.sleep(0.1)
+    assert children.failed() == ("quitter", 7)
+    tree = identify(descendants(children.procs["parent"].pid) | {children.procs["parent"].pid})
+    assert len(tree) == 2
+    children.stop_all()  # the grandchild outlives the group's SIGTERM: killed after the reap's 10-s grace
+    assert not [pid for pid, started in tree.items() if alive(pid, started)]
+
+
+@pytest.mark.parametrize(("args", "message"), [(["--duration", "0"], "--duration must be positive"),
+                                               (["--rate", "-5"], "--rate must be positive")])
+def test_a_non_positive_duration_or_rate_is_a_usage_error(tmp_path: Path, args: list[str], message: str) -> None:
+    import argparse
+
+    from core.config import Settings
+    from core.errors import UserError
+    from nightjar import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    with pytest.raises(UserError, match=message) as caught:
+        demo.run(parser.parse_args(args), Settings(lake=tmp_path / "lake"))
+    assert caught.value.exit_code == 2 and not (tmp_path / "lake").exists()

@@ -26,6 +26,9 @@ from nightjar.pipeline import run_pipeline
 REPO = Path(__file__).resolve().parent.parent
 START = "2026-03-09T09:00:00Z"
 
+# Generator -> Kafka -> pipeline -> alerts, several times over: minutes, not in the quick tier.
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def broker_for_detections():

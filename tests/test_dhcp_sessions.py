@@ -122,6 +122,7 @@ def by_uid(lake) -> dict[str, dict]:
     return {r["zeek"]["session_id"]: r for r in rows if r["event"]["dataset"] == "zeek.conn"}
 
 
+@pytest.mark.e2e
 def test_lease_reassignment_attributes_out_of_order_events_to_the_holder_at_their_time(spark, own_broker, tmp_path):
     lake = tmp_path / "lake"
     seed_reference_tables(lake)
@@ -184,6 +185,7 @@ def normalized(row: dict) -> str:
     return json.dumps({**row, "event": event}, sort_keys=True, default=str)
 
 
+@pytest.mark.e2e
 def test_an_indicator_added_while_the_pipeline_runs_is_matched_from_the_next_batch_on(spark, own_broker, tmp_path):
     from core.triggers import Trigger
     from nightjar.pipeline import run_pipeline

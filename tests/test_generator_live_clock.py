@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from generator.command import LIVE_LOOKBACK_S, generate, paced_start
@@ -70,6 +71,7 @@ def _sim_times(opts: Options) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_generate_rate_to_kafka_replays_the_last_hour_then_goes_on_in_real_time(tmp_path):
     from ingest.embedded_broker import EmbeddedBroker
 

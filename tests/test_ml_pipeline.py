@@ -20,7 +20,7 @@ from generator.command import generate_files
 from generator.stealth_scenarios import STEALTH_NAMES
 
 # Parsing the generated logs through the pipeline's transformations takes minutes on the shared two-core machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 MONDAY = dt.datetime(2026, 1, 5, tzinfo=dt.UTC).timestamp()
 HOSTS, USERS = 20, 10

@@ -41,6 +41,7 @@ def files(tmp_path_factory) -> tuple[Path, Path]:
     return syslog, zeek
 
 
+@pytest.mark.slow
 def test_parse_prints_ecs_json_per_line_and_reports_bad_lines(files):
     syslog, zeek = files
     result = nightjar("parse", str(syslog), str(zeek))

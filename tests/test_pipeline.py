@@ -49,6 +49,7 @@ def own_broker():
         yield b
 
 
+@pytest.mark.e2e
 def test_bronze_holds_every_record_exactly_once_and_progress_is_recorded(spark, own_broker, settings):
     settings = settings.with_(bootstrap=own_broker.bootstrap)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
@@ -88,6 +89,7 @@ def _produce_lines(bootstrap: str, topic: str, lines: list[str]) -> set[bytes]:
     return {line.encode() for line in lines}
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(900)  # its own waits add up to 860 s on a loaded machine (26 s in a quiet CI run)
 def test_a_live_run_creates_its_tables_while_idle_and_writes_what_arrives_after_idle_batches(spark, own_broker,
                                                                                               settings, monkeypatch):
@@ -169,6 +171,7 @@ def _stream_conf(query, key: str) -> str:
     return query._jsq.streamingQuery().sparkSessionForStream().conf().get(key)
 
 
+@pytest.mark.e2e
 def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_writes_nothing(
         spark, own_broker, settings):
     settings = settings.with_(bootstrap=own_broker.bootstrap, max_offsets_per_trigger=500)
@@ -194,6 +197,7 @@ def test_a_batch_replayed_after_a_crash_between_delta_commit_and_spark_commit_wr
     assert len(coords) == 1200 == len(set(coords))
 
 
+@pytest.mark.e2e
 def test_data_loss_fails_by_default_naming_the_partition_and_the_option_and_lenient_mode_resumes(
         spark, settings, tmp_path):
     port = free_port()

@@ -38,6 +38,7 @@ def test_every_generator_scenario_has_a_rule_with_attack_tags_and_samples(pack):
         assert rule.samples.positive and rule.samples.negative, rid
 
 
+@pytest.mark.slow
 def test_every_rule_passes_its_samples(spark, pack):
     from alerts.rules_test import check_rules
 

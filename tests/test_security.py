@@ -58,6 +58,7 @@ def test_the_secret_is_not_in_the_settings_repr():
     assert "PLAIN" in repr(settings)  # what is not secret stays visible for debugging
 
 
+@pytest.mark.slow
 def test_a_client_that_cannot_authenticate_fails_in_one_line_without_the_secret(broker, tmp_path):
     """SASL switched on against a broker that will not authenticate: the settings reached librdkafka (else it would
     connect), and the error names the broker, not the credentials."""
@@ -70,6 +71,7 @@ def test_a_client_that_cannot_authenticate_fails_in_one_line_without_the_secret(
         assert SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_dashboard_listens_on_loopback_only_by_default(tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "nightjar.cli", "dashboard", "--lake", str(tmp_path / "lake"),

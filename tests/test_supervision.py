@@ -121,6 +121,7 @@ def run_flaky_rule(own_broker, tmp_path, **settings_changes) -> tuple[Path, list
     return lake, alerts, sources
 
 
+@pytest.mark.e2e
 def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no_alert(spark, own_broker, tmp_path,
                                                                                       caplog):
     """The query fails once and is running again long before the grace is over: a transient. No health alert cries
@@ -145,6 +146,7 @@ def test_a_rule_that_fails_at_run_time_restarts_from_its_checkpoint_and_loses_no
     assert health_now["last_batch_at"] is not None and health_now["last_alert_at"] is not None
 
 
+@pytest.mark.e2e
 def test_a_rule_down_past_its_grace_raises_one_health_alert_and_closes_it_when_it_runs_again(spark, own_broker,
                                                                                              tmp_path):
     """With a grace shorter than the restart's 1 s backoff the same failure is an outage: one health alert naming the
@@ -161,6 +163,7 @@ def test_a_rule_down_past_its_grace_raises_one_health_alert_and_closes_it_when_i
     assert closed["window_start"] == raised["window_start"] and closed["last_seen"] >= raised["last_seen"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("max_offsets", [20, 1_000])  # 20: 4 batches, the scan split across them
 def test_a_drain_writes_every_event_and_alerts_on_a_scan_by_a_host_without_a_lease(spark, own_broker, tmp_path,
                                                                                    max_offsets):
