@@ -18,9 +18,9 @@ from tests.conftest import REPO
 # Passes batch.end twice, with a grandchild sleeping in the same session (off the pipes, which would otherwise stay
 # open after the script ends); prints before each pass.
 _SCRIPT = textwrap.dedent("""
-    import subprocess, sys, time
+    import os, subprocess, time
     from core.fault_points import fault_point
-    sleeper = subprocess.Popen([sys.argv[1], "-c", "import time; time.sleep(60)"], stdout=subprocess.DEVNULL,
+    sleeper = subprocess.Popen([os.environ["SLEEPER_PYTHON"], "-c", "import time; time.sleep(60)"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     print("sleeper", sleeper.pid, flush=True)
     fault_point("kafka.read")
@@ -34,10 +34,13 @@ _SCRIPT = textwrap.dedent("""
 
 
 def _run_as(argv0: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """The script in a session of its own led by a process named ``argv0`` (what the guard reads), armed at
-    batch.end:2. Its own session: a kill can never reach the test run."""
-    env = {**os.environ, ENV_FAULT: "batch.end:2", ENV_FAULT_LOG: str(tmp_path / "faults.log")}
-    return subprocess.run([argv0, "-c", _SCRIPT, sys.executable], executable=sys.executable, cwd=REPO, env=env,
+    """The script in a session of its own led by a process named ``argv0`` (what the guard reads: the leader's whole
+    command line, so nothing else on it may say "nightjar" — the checkout's path, where the interpreter lives, may),
+    armed at batch.end:2. Its own session: a kill can never reach the test run."""
+    env = {**os.environ, ENV_FAULT: "batch.end:2", ENV_FAULT_LOG: str(tmp_path / "faults.log"),
+           "SLEEPER_PYTHON": sys.executable}
+    assert "nightjar" not in _SCRIPT
+    return subprocess.run([argv0, "-c", _SCRIPT], executable=sys.executable, cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60, start_new_session=True)
 
 
