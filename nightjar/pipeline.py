@@ -144,7 +144,7 @@ def _text(exc: BaseException | None) -> str:
 
 PY4J_SEND_FAILED = "Exception while sending command"
 # What a micro-batch dies of when the stop interrupts it, or the JVM's own SIGTERM hook closed the gateway first.
-STOP_INTERRUPTIONS = ("InterruptedException", "Connection refused")
+STOP_INTERRUPTIONS = ("InterruptedException", "ClosedByInterruptException", "Connection refused")
 # A micro-batch's failure reduced to the JVM call that failed, no cause (core.errors.short_batch_errors): seen at the
 # end of `nightjar demo`, whose SIGTERM also reaches the JVM, when Spark's own shutdown hook cut the batch's job.
 # After the stop only; before it, it is a failure like any other (the batch is replayed by the next run either way).
