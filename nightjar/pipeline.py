@@ -226,7 +226,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
                     if detector is not None:
                         detector(events, batch_id, lambda: batch_time(unified, checkpoint, batch_id))
                 finally:
-                    _release_unless_stopping(events)
+                    release(events)
                 for done in side:
                     done.result()  # a failed side write fails the batch, which is replayed
             finally:
@@ -234,7 +234,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
             fault_point("batch.end")  # every table and the batch's state written; Spark's commit log not yet
             tables_ready = True
         finally:
-            _release_unless_stopping(stored)
+            release(stored)
 
     drain = trigger.available_now
     records = read_kafka(spark, settings, drain=drain)
@@ -250,14 +250,6 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     # supervisor stops it between two micro-batches, once one without input has run.
     with session_conf(spark, INGEST_QUERY_CONF):  # the wide parse plan: see core/spark_session.py
         return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
-
-
-def _release_unless_stopping(df: DataFrame) -> None:
-    """Free a batch's stored blocks, except when the stop interrupted the batch: tasks of its cancelled jobs may still
-    be reading them (cancellation is asynchronous), and a block freed under them is an executor ERROR
-    (CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, seen at the end of ``nightjar demo``); the JVM is about to go anyway."""
-    if not INTERRUPTED_BATCHES.stopping.is_set():
-        release(df)
 
 
 def write_partitions(rows: int) -> int:
