@@ -87,7 +87,7 @@ from alerts.window_aggregator import (
     run_windowed,
 )
 from core.spark_session import PerContext
-from ingest.normalize import EVENT_TIME_COLUMN
+from ingest.arrow_parse import EVENT_TIME_COLUMN
 
 __all__ = [
     "CorrelationCompileError",

@@ -2,7 +2,7 @@
 
 Detections reason in the time the event happened (``@timestamp``): a brute force is twenty failures within five
 minutes *of log time*, whether the logs arrive live or are replayed a month later by a backfill. So the
-correlation windows and the watermark run on ``@timestamp`` itself (as :data:`ingest.normalize.EVENT_TIME_COLUMN`),
+correlation windows and the watermark run on ``@timestamp`` itself (as :data:`ingest.arrow_parse.EVENT_TIME_COLUMN`),
 not on the time the records were ingested.
 
 One guard keeps a forged clock from breaking that: an event stamped more than :data:`MAX_CLOCK_SKEW` after it was
@@ -12,10 +12,11 @@ Spark drop every honest event behind it. Such events stay in ``events`` for hunt
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
-from ingest.normalize import EVENT_TIME_COLUMN
+from ingest.arrow_parse import EVENT_TIME_COLUMN, events_of, parse_bronze
 
 MAX_CLOCK_SKEW = "10 minutes"
 
@@ -36,3 +37,17 @@ def detection_input(events: DataFrame, observe_as: str | None = None) -> DataFra
     if observe_as is not None:
         base = base.observe(observe_as, F.count_if(~sane).alias(EXCLUDED_METRIC))
     return base.where(sane).withColumn(EVENT_TIME_COLUMN, ts)
+
+
+def events_schema(spark: SparkSession) -> StructType:
+    """The schema rules compile against: the ``events`` table's (parsed + enriched) plus :data:`EVENT_TIME_COLUMN`.
+
+    Derived from the code that writes the table — an empty parse through the enrichment — so it cannot drift; with
+    the narrow contract that plan analyses in milliseconds, so nothing is stored.
+    """
+    from enrich.reference_data import reference_from_tables
+    from enrich.static_joins import enrich_static
+    from ingest.file_source import lines_dataframe
+
+    empty = events_of(parse_bronze(lines_dataframe(spark, [])))
+    return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema

@@ -43,7 +43,7 @@ from pyspark.sql.streaming import StreamingQuery
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.alert_sink import publish_alerts
 from alerts.detection_input import detection_input
-from alerts.events_schema_store import events_schema
+from alerts.detection_input import events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from alerts.window_aggregator import RULE, aggregate, finish
 from core.checkpoints import batch_timestamp
@@ -54,7 +54,7 @@ from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, sessi
 from core.triggers import QUERY_WINDOWED, QUERY_WINDOWED_APPEND, Trigger
 from ingest.delta_sink import arrow_schema, ensure_table
 from ingest.delta_source import initial_offset_file, pruned_schema, read_delta_stream
-from ingest.normalize import EVENT_TIME_COLUMN
+from ingest.arrow_parse import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``nightjar rules test`` runs each rule's positive and negative samples through parse -> DHCP attribution ->
 reference joins -> detect, each set on its own (a set's leases, reference rows and counts must not leak into
 another's). Parsing one set costs ~2.3 s on two cores whatever its size (planning the ~20 wide projections of
-``parse_records`` and materializing them), which was 80 of the built-in pack's 98 s. Parsing is per record, so
+``parse_bronze`` and materializing them), which was 80 of the built-in pack's 98 s. Parsing is per record, so
 all sets can share one parse: set *i* is bronze partition *i* (offsets 1..n within the set, so "line N" messages
 are the same as a set parsed alone), and each set's enrichment starts from its partition of the one parsed frame.
 Only the ``event.id`` values differ from a set parsed alone (the partition is part of the id); no rule test looks
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from alerts.python_rules import enrich_parsed
 from ingest.file_source import records_table
-from ingest.normalize import parse_records, to_quarantine
+from ingest.arrow_parse import parse_bronze, quarantine_of
 
 
 class ParsedSamples:
@@ -32,9 +32,9 @@ class ParsedSamples:
                    for i, (lines, ingested_at) in enumerate(sets.values())
                    for offset, line in enumerate(lines, start=1))
         bronze = spark.createDataFrame(records_table(records))
-        self.parsed = parse_records(bronze).localCheckpoint(eager=True)
+        self.parsed = parse_bronze(bronze).localCheckpoint(eager=True)
         self._unparsed: dict[int, list[str]] = {}
-        bad = to_quarantine(self.parsed).select("partition", "offset", "parser", "error").orderBy("partition", "offset")
+        bad = quarantine_of(self.parsed).select("partition", "offset", "parser", "error").orderBy("partition", "offset")
         for r in bad.collect():
             self._unparsed.setdefault(r["partition"], []).append(
                 f"line {r['offset']} does not parse ({r['parser']}: {r['error']})")

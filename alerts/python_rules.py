@@ -22,7 +22,7 @@ A rule file is a module in the rules directory (``alerts/rule_pack/`` for the bu
 module-level ``PythonRule(id=..., detect=fn, ...)`` is the dataclass spelling of the same thing. Every
 module-level :class:`PythonRule` a file defines is one of its rules. :func:`load_python_rules` imports a file (fresh
 code on every call, nothing left in ``sys.modules``) and returns them; :func:`run_samples` runs a rule on its
-samples exactly as the rule-test harness does: lines -> ``parse_records`` -> DHCP attribution ->
+samples exactly as the rule-test harness does: lines -> ``parse_bronze`` -> DHCP attribution ->
 ``enrich_static`` with the samples' reference rows -> ``detect``.
 
 Contract of ``detect(events)``:
@@ -78,7 +78,7 @@ from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
 from ingest.file_source import lines_dataframe
-from ingest.normalize import EVENT_TIME_COLUMN, parse_records, to_quarantine
+from ingest.arrow_parse import EVENT_TIME_COLUMN, parse_bronze, quarantine_of
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks the watermarked column with this metadata
@@ -498,7 +498,7 @@ def dhcp_networks(reference: Mapping[str, Iterable[Mapping]] | None) -> list[str
 
 def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[DataFrame, list[str]]:
     """Bronze-shaped records -> (the enriched events of the ``events`` table, one "line N does not parse (…)"
-    per quarantined record), in batch, by the pipeline's own steps: ``parse_records`` -> ``attribute_batch``
+    per quarantined record), in batch, by the pipeline's own steps: ``parse_bronze`` -> ``attribute_batch``
     (DHCP lease holder in ``host.*``, DNS names in ``destination.domain``) -> ``enrich_static``.
 
     The parsed records and the events are materialized (``localCheckpoint``): the parse and enrichment plans
@@ -506,14 +506,14 @@ def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[Data
     exhaust the driver's heap — rules must run on materialized events (the ``events`` table, a checkpointed
     frame), never directly on the enrichment plan.
     """
-    parsed = parse_records(bronze).localCheckpoint(eager=True)
-    bad = to_quarantine(parsed).select("offset", "parser", "error").orderBy("offset").collect()
+    parsed = parse_bronze(bronze).localCheckpoint(eager=True)
+    bad = quarantine_of(parsed).select("offset", "parser", "error").orderBy("offset").collect()
     unparsed = [f"line {r['offset']} does not parse ({r['parser']}: {r['error']})" for r in bad]
     return enrich_parsed(parsed, reference, dhcp), unparsed
 
 
 def enrich_parsed(parsed: DataFrame, reference, dhcp: list[str]) -> DataFrame:
-    """Parsed records (``parse_records``' output) -> the enriched events, materialized: the second half of
+    """Parsed records (``parse_bronze``' output) -> the enriched events, materialized: the second half of
     :func:`enriched_events`."""
     return enrich_static(events_from(attribute_batch(parsed, dhcp)), reference).localCheckpoint(eager=True)
 
@@ -539,7 +539,7 @@ def schema_problem(df: DataFrame) -> str | None:
 def run_samples(spark: SparkSession, rule: PythonRule, parsed=None) -> SampleResult:
     """Run ``rule`` on its samples as the rule-test harness does and report what went wrong.
 
-    Each of the positive and the negative lines is run on its own: lines -> ``parse_records`` -> DHCP
+    Each of the positive and the negative lines is run on its own: lines -> ``parse_bronze`` -> DHCP
     attribution -> ``enrich_static`` with the samples' reference rows -> ``rule.detect`` (batch) -> candidates.
     Problems: a line that does not parse, an exception in ``detect``, output that is not CANDIDATE_SCHEMA, a
     candidate with another rule id or entity type, no positive candidate (or none with the expected entity), any

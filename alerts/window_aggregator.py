@@ -42,7 +42,7 @@ from pyspark.sql.types import ArrayType, StringType
 
 from alerts.alert_schema import ENTITY_TYPE, MAX_EVIDENCE, conform_candidates
 from core.durations import parse_duration
-from ingest.normalize import EVENT_TIME_COLUMN
+from ingest.arrow_parse import EVENT_TIME_COLUMN
 
 RULE, GROUP, WINDOW = "_rule", "_g", "_w"
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # how Spark marks an event-time column (and window()'s output)

@@ -15,7 +15,7 @@ The functions (``DataFrame -> DataFrame``)::
     unified = attribute_batch(parsed, dhcp_networks)    # batch: applyInPandas, same per-key code
     events_from(unified), quarantine_from(unified), sessions_from(unified), records_from(unified)
 
-``parsed`` is :func:`ingest.normalize.parse_records` output (good and bad rows, with the raw record columns).
+``parsed`` is :func:`ingest.normalize.parse_bronze` output (good and bad rows, with the raw record columns).
 ``unified`` carries two kinds of rows: ``record`` (one per input record, with the raw Kafka record for ``bronze``,
 the ECS event as JSON or the quarantine reason, and the attribution) and ``session`` (the ``dhcp_sessions`` log),
 so that one micro-batch writes every table from one read of Kafka.
@@ -61,7 +61,7 @@ from pyspark.sql.types import (
 
 from enrich.lease_book import ACK, RELEASE, LeaseBook, Limits, process
 from ingest.ecs_schema import ECS_COLUMNS, ECS_SCHEMA
-from ingest.normalize import ERROR_COLUMN, HEADERS_TYPE, QUARANTINE_COLUMNS
+from ingest.arrow_parse import ERROR_COLUMN, HEADERS_TYPE, QUARANTINE_COLUMNS
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,10 @@ from ingest.events_contract import CORE_ARROW_SCHEMA, CORE_COLUMNS, to_arrow
 from ingest.sources.record_parser import DEFAULT_MAX_RECORD_BYTES, FORMAT_AUTO, formats, parse_record
 
 ERROR_COLUMN = "_error"
+# The column rules window on: ``@timestamp`` under a name of its own (alerts.detection_input).
+EVENT_TIME_COLUMN = "_event_time"
 SOURCE_FILE_HEADER = "nightjar.source_file"  # set by ingest.file_source: part of event.id
+HEADERS_TYPE = "array<struct<key: string, value: binary>>"  # Kafka record headers
 # What crosses into the Python workers: the record's bytes and coordinates, and the file a line came from (read from
 # the headers in the JVM, so that the headers array does not make the round trip).
 INPUT_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "_source_file")
@@ -47,38 +50,48 @@ OUTPUT_SCHEMA = pa.schema([*CORE_ARROW_SCHEMA, *RAW_FIELDS, pa.field(ERROR_COLUM
 QUARANTINE_COLUMNS = ("value", "topic", "partition", "offset", "timestamp", "ingested_at", "parser", "error")
 _SPARK_INPUT = {"value": "binary", "topic": "string", "partition": "int", "offset": "bigint",
                 "timestamp": "timestamp", "ingested_at": "timestamp"}
+# With ``raw_record=True`` the whole record comes back on every row (the ingest query writes ``bronze`` from it).
+RECORD_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("key", pa.binary()), pa.field("headers", pa.list_(pa.struct([
+        pa.field("key", pa.string()), pa.field("value", pa.binary())]))),
+)
 
 
-def _spark_schema():
-    return from_arrow_schema(OUTPUT_SCHEMA)
+def output_schema(raw_record: bool = False) -> pa.Schema:
+    return pa.schema([*OUTPUT_SCHEMA, *RECORD_FIELDS]) if raw_record else OUTPUT_SCHEMA
 
 
 def parse_bronze(bronze: DataFrame, fmt: str = FORMAT_AUTO,
-                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> DataFrame:
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, raw_record: bool = False) -> DataFrame:
     """Core columns + ``detail`` + the record's coordinates (+ its bytes when quarantined) + ``_error`` (null when the
-    record parsed); one row per input row, in batch and streaming alike; never raises on bad data."""
+    record parsed); one row per input row, in batch and streaming alike; never raises on bad data.
+
+    ``raw_record``: every row keeps its record whole (``value``, ``key``, ``headers``), for a plan that writes
+    ``bronze`` from the parsed rows (the ingest query, whose DHCP operator carries records to their release)."""
     if fmt not in formats():
         raise ValueError(f"format must be one of {', '.join(formats())}, not {fmt!r}")
     cols = set(bronze.columns)
     missing = {"value", "topic", "partition", "offset"} - cols
     if missing:
         raise ValueError(f"not a bronze-shaped DataFrame: no column(s) {', '.join(sorted(missing))}")
+    wanted = {**_SPARK_INPUT, **({"key": "binary", "headers": HEADERS_TYPE} if raw_record else {})}
     inputs = [F.col(name).cast(typ).alias(name) if name in cols else F.lit(None).cast(typ).alias(name)
-              for name, typ in _SPARK_INPUT.items()]
+              for name, typ in wanted.items()]
     source_file = (F.try_element_at(F.filter(F.col("headers"), lambda h: h["key"] == F.lit(SOURCE_FILE_HEADER)),
                                     F.lit(1))["value"].cast("string")
                    if "headers" in cols else F.lit(None).cast("string"))
 
     def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield parse_batch(batch, fmt, max_record_bytes)
+            yield parse_batch(batch, fmt, max_record_bytes, raw_record)
 
-    return bronze.select(*inputs, source_file.alias("_source_file")).mapInArrow(parse_batches, _spark_schema())
+    return bronze.select(*inputs, source_file.alias("_source_file")).mapInArrow(
+        parse_batches, from_arrow_schema(output_schema(raw_record)))
 
 
 def parse_batch(batch: pa.RecordBatch, fmt: str = FORMAT_AUTO,
-                max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> pa.RecordBatch:
-    """One Arrow batch of :data:`INPUT_COLUMNS` -> the same rows parsed (:data:`OUTPUT_SCHEMA`)."""
+                max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES, raw_record: bool = False) -> pa.RecordBatch:
+    """One Arrow batch of :data:`INPUT_COLUMNS` -> the same rows parsed (:func:`output_schema`)."""
     n = batch.num_rows
     values = batch.column("value").to_pylist()
     topics = batch.column("topic").to_pylist()
@@ -102,12 +115,12 @@ def parse_batch(batch: pa.RecordBatch, fmt: str = FORMAT_AUTO,
     failed = pa.array([p is not None for p in parsers])
     error = pa.StructArray.from_arrays([pa.array(parsers, pa.string()), pa.array(reasons, pa.string())],
                                        names=["parser", "reason"], mask=pc.invert(failed))
-    raw = {
-        "value": pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary())),
-        "ingested_at": pa.array(ingested, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-    }
+    raw = {"ingested_at": pa.array(ingested, pa.int64()).cast(pa.timestamp("us", tz="UTC"))}
+    if not raw_record:
+        raw["value"] = pc.if_else(failed, batch.column("value"), pa.scalar(None, pa.binary()))
     columns = [raw.get(f.name, batch.column(f.name)).cast(f.type) for f in RAW_FIELDS]
-    return pa.RecordBatch.from_arrays([*core.flatten(), *columns, error], schema=OUTPUT_SCHEMA)
+    record = [batch.column(f.name).cast(f.type) for f in RECORD_FIELDS] if raw_record else []
+    return pa.RecordBatch.from_arrays([*core.flatten(), *columns, error, *record], schema=output_schema(raw_record))
 
 
 def events_of(parsed: DataFrame) -> DataFrame:

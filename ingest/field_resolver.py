@@ -165,6 +165,11 @@ def spark_column(resolved: Resolved):
     return expr
 
 
+def column(name: str, datasets: Iterable[str] | None = None):
+    """``name``'s value over ``datasets`` as a Spark Column (:func:`resolve` then :func:`spark_column`)."""
+    return spark_column(resolve(name, datasets))
+
+
 _DUCKDB_TYPES = {"string": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "double": "DOUBLE",
                  "boolean": "BOOLEAN", "timestamp": "TIMESTAMPTZ", "array<string>": "VARCHAR[]"}
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from ingest.kafka_source import ARROW_SCHEMA as KAFKA_ARROW_SCHEMA
-from ingest.normalize import SOURCE_FILE_HEADER
+from ingest.arrow_parse import SOURCE_FILE_HEADER
 
 FILE_TOPIC = "file"
 BRONZE_ARROW_SCHEMA = pa.schema([*KAFKA_ARROW_SCHEMA, pa.field("ingested_at", pa.timestamp("us", tz="UTC"))])

@@ -7,8 +7,8 @@ not a failure: the exit status is 0 once the files were read; bad arguments or a
 give a one-line error and a non-zero exit.
 
 The lines become a bronze-shaped DataFrame (:mod:`ingest.file_source`) that goes through
-:func:`ingest.normalize.parse_records`, :func:`~ingest.normalize.to_events` and
-:func:`~ingest.normalize.to_quarantine`: the same functions as ``nightjar run``.
+:func:`ingest.normalize.parse_bronze`, :func:`~ingest.normalize.events_of` and
+:func:`~ingest.normalize.quarantine_of`: the same functions as ``nightjar run``.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ def check_files(files: list[str]) -> list[Path]:
 
 
 def ecs_json(parsed):
-    """``parsed`` (from parse_records) -> rows (partition, offset, json, parser, error) in input order."""
+    """``parsed`` (from parse_bronze) -> rows (partition, offset, json, parser, error) in input order."""
     from pyspark.sql import functions as F
 
     from ingest.ecs_schema import ECS_COLUMNS
-    from ingest.normalize import ERROR_COLUMN
+    from ingest.arrow_parse import ERROR_COLUMN
 
     err = F.col(ERROR_COLUMN)
     doc = F.to_json(F.struct(*[F.col(f"`{c}`") for c in ECS_COLUMNS]), JSON_OPTIONS)
@@ -72,12 +72,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     from core.spark_session import build_spark
     from ingest.file_source import read_files
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
     spark = build_spark(settings, app_name="nightjar-parse")
     try:
         bronze = read_files(spark, paths)
-        rows = ecs_json(parse_records(bronze, args.format, max_bytes))
+        rows = ecs_json(parse_bronze(bronze, args.format, max_bytes))
         good = bad = 0
         out = sys.stdout
         for row in rows.toLocalIterator():

@@ -25,7 +25,7 @@ from core.config import Settings
 from core.spark_session import build_spark
 from enrich.dhcp_sessions import attribute_batch, events_from
 from ingest.file_source import lines_dataframe
-from ingest.normalize import parse_records
+from ingest.arrow_parse import parse_bronze
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _run_workload_and_exit(work: Path, dumped: Path) -> None:
 
 def _workload(spark, work: Path) -> None:  # type: ignore[no-untyped-def]
     """What most Nightjar commands load: a parse, the DHCP operator's Arrow exchange, a stateful stream."""
-    parsed = parse_records(lines_dataframe(spark, _SAMPLE_LINES))
+    parsed = parse_bronze(lines_dataframe(spark, _SAMPLE_LINES))
     rows = events_from(attribute_batch(parsed, ["10.0.0.0/8"])).collect()
     if len(rows) != len(_SAMPLE_LINES):
         raise RuntimeError(f"the workload parsed {len(rows)} of {len(_SAMPLE_LINES)} sample lines")

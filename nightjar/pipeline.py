@@ -88,7 +88,7 @@ from core.triggers import (
     parse_interval,
 )
 from ingest.embedded_broker import check_reachable, ensure_topics
-from ingest.normalize import parse_records
+from ingest.arrow_parse import parse_bronze
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
 
     drain = trigger.available_now
     records = read_kafka(spark, settings, drain=drain)
-    parsed = parse_records(to_bronze(records), max_record_bytes=settings.max_record_bytes)
+    parsed = parse_bronze(to_bronze(records), max_record_bytes=settings.max_record_bytes)
     # A drain holds an event for its lease one micro-batch at most (the run stops after a batch without input,
     # which releases them); a live run up to lease_hold_s.
     hold_s = 0.0 if drain else settings.lease_hold_s

@@ -10,9 +10,9 @@ INGESTED = dt.datetime(2024, 3, 10, 12, 0, 0, tzinfo=dt.UTC)
 def parse_lines(spark, lines, fmt: str = "auto", ingested_at: dt.datetime = INGESTED, **kw) -> list[dict]:
     """One dict per line, in input order: the ECS columns (nested dicts) plus ``_error`` and coordinates."""
     from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
-    df = parse_records(lines_dataframe(spark, lines, ingested_at=ingested_at), fmt, **kw)
+    df = parse_bronze(lines_dataframe(spark, lines, ingested_at=ingested_at), fmt, **kw)
     rows = [r.asDict(recursive=True) for r in df.orderBy("offset").collect()]
     assert [r["offset"] for r in rows] == list(range(1, len(lines) + 1))
     return rows

@@ -117,7 +117,7 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
     import logging
 
     from alerts.detection_stream import events_stream
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from core.triggers import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger
     from enrich.auth_sessions import start_auth_sessions
     from nightjar.pipeline import run_pipeline
@@ -225,7 +225,7 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
 def test_the_batch_join_over_history_gives_the_same_sessions(spark):
     from enrich.auth_sessions import auth_sessions_batch
     from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records, to_events
+    from ingest.arrow_parse import parse_bronze, events_of
 
     records = [login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),
                *flow(T0 + 10, "CAlice0000000001", "73.15.1.2", 50001, BASTION_IP, duration=300.5, out=4100,
@@ -236,7 +236,7 @@ def test_the_batch_join_over_history_gives_the_same_sessions(spark):
                windows_flow(T0 + 20, "CFrank0000000001", "10.10.0.31", 50006, 445),
                windows_logon(T0 + 20.1, "frank", "10.10.0.31", 50006, 3),
                windows_logon(T0 + 48, "ivan", "127.0.0.1", 0, 2)]
-    events = to_events(parse_records(lines_dataframe(spark, [v.decode() for _t, v in records])))
+    events = events_of(parse_bronze(lines_dataframe(spark, [v.decode() for _t, v in records])))
     servers = spark.createDataFrame([(BASTION.lower(), BASTION_IP), (FILESRV, FILESRV_IP)],
                                     "srv_host string, srv_ip string")
     rows = {r["user_name"]: r for r in auth_sessions_batch(events, servers).collect()}

@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 
 from alerts.backtest import backtest
-from alerts.events_schema_store import events_schema
+from alerts.detection_input import events_schema
 from alerts.rule_loader import BUILTIN_RULES, load_rules
 from alerts.rules_test import expand, sample_events
 from core.durations import parse_time as _time

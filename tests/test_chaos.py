@@ -464,7 +464,7 @@ def assert_backtest_agrees(spark, lake: Path) -> None:
     """The same compiled rules in batch over the killed-and-restarted run's events raise the same alerts (ids and
     event counts) as its stream did: no alert lost or miscounted across the kills."""
     from alerts.backtest import backtest, read_events
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
 
     rules, errors = load_rules([BUILTIN_RULES], events_schema(spark))

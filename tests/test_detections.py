@@ -77,7 +77,7 @@ def newest_alerts(lake: Path) -> dict[str, dict]:
 def test_generated_attacks_are_alerted_on_kafka_and_delta_and_the_backtest_raises_the_same_ids(
         spark, broker_for_detections, tmp_path):
     from alerts.backtest import backtest, read_events
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from alerts.rule_loader import load_rules
     from alerts.scoring import score
 

@@ -1,4 +1,4 @@
-"""The batch path (files -> parse_records) and the streaming path (Kafka -> `nightjar run --query events` ->
+"""The batch path (files -> parse_bronze) and the streaming path (Kafka -> `nightjar run --query events` ->
 Delta) give identical events and quarantine rows for the same input lines."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
     from ingest.file_source import read_files
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
     from nightjar import cli
 
     lake = tmp_path / "lake"
@@ -73,7 +73,7 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
     stream_events = table_dataset(lake, TABLE_EVENTS).to_table().to_pylist()
     stream_bad = table_dataset(lake, TABLE_QUARANTINE).to_table().to_pylist()
     # The batch path: the same parse, attribution and reference-table joins as the stream.
-    unified = attribute_batch(parse_records(read_files(spark, [syslog_file, zeek_file])), []).cache()
+    unified = attribute_batch(parse_bronze(read_files(spark, [syslog_file, zeek_file])), []).cache()
     try:
         batch_events = enrich_static(events_from(unified), ReferenceCache(spark, lake).current()).toArrow().to_pylist()
         batch_bad = quarantine_from(unified).toArrow().to_pylist()

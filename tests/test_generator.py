@@ -484,7 +484,7 @@ def test_every_generated_line_parses_with_zero_quarantine(spark, tmp_path):
     from pyspark.sql import functions as F
 
     from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
-    from ingest.normalize import parse_records, to_quarantine
+    from ingest.arrow_parse import parse_bronze, quarantine_of
 
     # All scenarios plus a background that includes DHCP arrivals, releases and visitors.
     opts = Options(seed=3, hosts=60, users=30, start=MONDAY + 7.5 * 3600, events=8000,
@@ -502,8 +502,8 @@ def test_every_generated_line_parses_with_zero_quarantine(spark, tmp_path):
              ingested) for i, e in enumerate(events)]
     bronze = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset long, "
                                          "timestamp timestamp, ingested_at timestamp")
-    parsed = parse_records(bronze).cache()
-    bad = to_quarantine(parsed).select("value", "error").limit(5).collect()
+    parsed = parse_bronze(bronze).cache()
+    bad = quarantine_of(parsed).select("value", "error").limit(5).collect()
     assert bad == []
     # Every syslog line matched one of its program's message forms (an action), every Zeek line its log type.
     unmatched = (parsed.where(F.col("event.dataset").isin("system.auth", "dhcpd") & F.col("event.action").isNull())

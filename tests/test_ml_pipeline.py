@@ -150,12 +150,12 @@ def test_batch_and_stream_give_the_same_features_and_the_same_ml_alerts(spark, e
     from alerts.backtest import read_events
     from alerts.detection_input import detection_input
     from alerts.detection_stream import events_stream
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from alerts.ml.features import INPUT_COLUMNS
     from alerts.ml.ml_command import score_window
     from core.config import DEFAULT_ML_WATERMARK, Settings
     from ingest.delta_sink import write_batch
-    from ingest.normalize import EVENT_TIME_COLUMN
+    from ingest.arrow_parse import EVENT_TIME_COLUMN
 
     lake = tmp_path / "lake"
     seen: list[pd.DataFrame] = []
@@ -204,7 +204,7 @@ def test_a_login_comes_from_the_machine_behind_the_address_not_the_address(event
 
 def test_the_rule_pack_stays_silent_on_the_stealth_scenarios(spark, events, generated):
     from alerts.backtest import backtest
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from alerts.ml.history import ground_truth
     from alerts.rule_loader import BUILTIN_RULES, load_rules
 

@@ -41,19 +41,19 @@ def test_parse_never_raises_and_count_in_equals_events_plus_quarantine(spark, re
     import pyarrow as pa
 
     from ingest.file_source import BRONZE_ARROW_SCHEMA
-    from ingest.normalize import parse_records, to_events, to_quarantine
+    from ingest.arrow_parse import parse_bronze, events_of, quarantine_of
 
     n = len(records)
     table = pa.Table.from_pydict({
         "key": [None] * n, "value": records, "topic": ["fuzz"] * n, "partition": [0] * n,
         "offset": list(range(n)), "timestamp": [None] * n, "headers": [None] * n, "ingested_at": [INGESTED] * n,
     }, schema=BRONZE_ARROW_SCHEMA)
-    parsed = parse_records(spark.createDataFrame(table), max_record_bytes=MAX_BYTES).cache()
+    parsed = parse_bronze(spark.createDataFrame(table), max_record_bytes=MAX_BYTES).cache()
     try:
         rows = parsed.select("offset", "_error", "`@timestamp`", F.col("event.id").alias("id"),
                              F.col("event.original").alias("original")).collect()
-        events = to_events(parsed).count()
-        quarantined = to_quarantine(parsed).collect()
+        events = events_of(parsed).count()
+        quarantined = quarantine_of(parsed).collect()
     finally:
         parsed.unpersist()
     assert sorted(r["offset"] for r in rows) == list(range(n))
@@ -84,9 +84,9 @@ def test_parse_never_raises_and_count_in_equals_events_plus_quarantine(spark, re
 
 def test_the_valid_seeds_parse(spark):
     from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
-    rows = parse_records(lines_dataframe(spark, VALID, ingested_at=INGESTED), max_record_bytes=MAX_BYTES) \
+    rows = parse_bronze(lines_dataframe(spark, VALID, ingested_at=INGESTED), max_record_bytes=MAX_BYTES) \
         .orderBy("offset").select("_error", "event.dataset").collect()
     assert [r["dataset"] for r in rows] == ["system.auth", "system.auth", "system.syslog", "dhcpd", "zeek.dns",
                                            "zeek.conn"]

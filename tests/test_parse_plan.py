@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 
 from ingest.file_source import lines_dataframe
-from ingest.normalize import PLANNING_BARRIER_EVERY, parse_records
+from ingest.arrow_parse import PLANNING_BARRIER_EVERY, parse_bronze
 
 LINES = [
     "<38>Mar 10 11:59:01 web-01 sshd[411]: Failed password for invalid user admin from 203.0.113.9 port 52113 ssh2",
@@ -48,7 +48,7 @@ def _rows(df) -> list[dict]:
 
 
 def test_the_optimized_parse_plan_stacks_few_projections(spark):
-    parsed = parse_records(_bronze(spark, LINES), planning_barriers=True)
+    parsed = parse_bronze(_bronze(spark, LINES), planning_barriers=True)
     optimized = parsed._jdf.queryExecution().optimizedPlan()
     depth = _longest_projection_stack(optimized)
     # The barrier follows every PLANNING_BARRIER_EVERY-th step; the optimizer may add one projection of its own.
@@ -60,13 +60,13 @@ def test_a_stream_gets_the_barriers_by_default(spark, tmp_path):
     (tmp_path / "in").mkdir()
     stream = spark.readStream.schema("value binary, topic string, partition int, offset long").parquet(
         str(tmp_path / "in"))
-    analyzed = parse_records(stream)._jdf.queryExecution().analyzed().toString()
+    analyzed = parse_bronze(stream)._jdf.queryExecution().analyzed().toString()
     assert "CollectMetrics" in analyzed
 
 
 def test_the_barriers_change_no_row(spark):
-    with_barriers = _rows(parse_records(_bronze(spark, LINES), planning_barriers=True))
-    plain = parse_records(_bronze(spark, LINES))  # a batch frame: no barriers by default
+    with_barriers = _rows(parse_bronze(_bronze(spark, LINES), planning_barriers=True))
+    plain = parse_bronze(_bronze(spark, LINES))  # a batch frame: no barriers by default
     plain_plan = plain._jdf.queryExecution().optimizedPlan()
     assert "CollectMetrics" not in plain_plan.toString()
     assert _longest_projection_stack(plain_plan) > 2 * (PLANNING_BARRIER_EVERY + 1)  # what the barriers cut
@@ -78,8 +78,8 @@ def test_the_barriers_change_no_row(spark):
 
 def test_two_parsed_frames_meet_in_one_plan(spark):
     """Each call names its observations apart: Spark rejects two observations of one name in a plan."""
-    first = parse_records(_bronze(spark, LINES[:3]), planning_barriers=True)
-    second = parse_records(_bronze(spark, LINES[3:]), planning_barriers=True)
+    first = parse_bronze(_bronze(spark, LINES[:3]), planning_barriers=True)
+    second = parse_bronze(_bronze(spark, LINES[3:]), planning_barriers=True)
     both = first.unionByName(second)
     assert both.count() == len(LINES)
     assert both.where("_error IS NULL").count() == 4

@@ -222,7 +222,7 @@ def test_event_ids_are_deterministic_and_distinct(rows, spark):
     assert len(set(ids)) == len(ids) and all(len(i) == 32 for i in ids)
     from pyspark.sql import functions as F
 
-    from ingest.normalize import event_id
+    from ingest.arrow_parse import event_id
 
     again = spark.range(1).select(event_id(F.lit("file"), F.lit(0), F.lit(1)).alias("id")).first()["id"]
     assert again == get(rows["bsd_pri"], "event.id")
@@ -254,9 +254,9 @@ def test_a_separator_inside_a_line_gives_the_same_fields_as_the_regex(spark):
 
 
 def optimized_plan(spark, line: str) -> str:
-    """The optimized plan of ``parse_records`` over one line, as text with every struct field listed."""
+    """The optimized plan of ``parse_bronze`` over one line, as text with every struct field listed."""
     from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
     # Not a bare local relation: the optimizer would evaluate the whole projection on it (and print no regex).
     bronze = lines_dataframe(spark, [line]).repartition(1)
@@ -264,6 +264,6 @@ def optimized_plan(spark, line: str) -> str:
     saved = spark.conf.get(key, None)
     spark.conf.set(key, "100000")
     try:
-        return parse_records(bronze)._jdf.queryExecution().optimizedPlan().toString()
+        return parse_bronze(bronze)._jdf.queryExecution().optimizedPlan().toString()
     finally:
         spark.conf.unset(key) if saved is None else spark.conf.set(key, saved)

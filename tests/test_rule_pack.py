@@ -13,7 +13,7 @@ from alerts.rule_loader import BUILTIN_RULES, load_rules
 
 @pytest.fixture(scope="module")
 def schema(spark):
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
 
     return events_schema(spark)
 

@@ -88,9 +88,9 @@ def write_reference(lake, names=tuple(REFERENCE)) -> None:
 
 def events(spark, names=tuple(LINES)):
     from ingest.file_source import lines_dataframe
-    from ingest.normalize import parse_records, to_events
+    from ingest.arrow_parse import parse_bronze, events_of
 
-    return to_events(parse_records(lines_dataframe(spark, [LINES[n] for n in names], ingested_at=INGESTED)))
+    return events_of(parse_bronze(lines_dataframe(spark, [LINES[n] for n in names], ingested_at=INGESTED)))
 
 
 def by_name(df) -> dict[str, dict]:

@@ -27,9 +27,9 @@ def valid_ip(text: str) -> bool:
 
 def test_every_corpus_line_is_an_event_with_valid_addresses(spark):
     from ingest.file_source import read_files
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
-    parsed = parse_records(read_files(spark, FILES)).cache()
+    parsed = parse_bronze(read_files(spark, FILES)).cache()
     try:
         per_file = {r["partition"]: r for r in parsed.groupBy("partition").agg(
             F.count("*").alias("n"),

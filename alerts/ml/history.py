@@ -26,7 +26,7 @@ from enrich.dhcp_sessions import attribute_batch, events_from
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
 from ingest.file_source import BRONZE_ARROW_SCHEMA, FILE_TOPIC, read_lines
-from ingest.normalize import SOURCE_FILE_HEADER, parse_records
+from ingest.arrow_parse import SOURCE_FILE_HEADER, parse_bronze
 
 LOG_FILES = ("syslog.log", "zeek.log")
 BRONZE_CACHE = "bronze.parquet"  # directory beside the logs: the lines as bronze rows, for Spark to read in splits
@@ -95,7 +95,7 @@ def events_from_generated(spark: SparkSession, out_dir: Path) -> DataFrame:
     refs = {name: _jsonl(out_dir / f"{name}.jsonl") for name in (TABLE_ASSETS, TABLE_USERS, TABLE_NETWORKS, TABLE_IOCS)}
     dhcp_networks = [r["cidr"] for r in refs[TABLE_NETWORKS] if r.get("dhcp")]
     bronze = spark.read.parquet(str(bronze_parquet(files, out_dir / BRONZE_CACHE)))
-    parsed = parse_records(bronze)
+    parsed = parse_bronze(bronze)
     return enrich_static(events_from(attribute_batch(parsed, dhcp_networks)), reference_from_tables(spark, refs))
 
 

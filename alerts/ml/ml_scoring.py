@@ -30,7 +30,7 @@ import pandas as pd
 from alerts.alert_builder import RuleMeta
 from alerts.detection_input import detection_input
 from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_stream
-from alerts.events_schema_store import events_schema
+from alerts.detection_input import events_schema
 from alerts.ml import behaviour_model, domain_model
 from alerts.ml.features import INPUT_COLUMNS, entity_features
 from alerts.ml.model_store import ModelTracker, versions
@@ -38,7 +38,7 @@ from core.config import DEFAULT_ML_WATERMARK, ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODE
 from core.errors import short_batch_errors
 from core.spark_session import PoolCheck, scheduler_pool
 from core.triggers import QUERY_ML, Trigger
-from ingest.normalize import EVENT_TIME_COLUMN
+from ingest.arrow_parse import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -683,7 +683,7 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
 def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     """Each stage's cost in batch, over the same records: cumulative plans, the cost is the difference."""
     from alerts.detection_input import detection_input
-    from alerts.events_schema_store import events_schema
+    from alerts.detection_input import events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
     from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
@@ -692,7 +692,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     from enrich.static_joins import enrich_static
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import parse_bronze
 
     scratch = lake.parent / "stages"
     spark = build_spark(settings, app_name="nightjar-bench-stages")
@@ -726,7 +726,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         own = [r for r in rules if r.stateful and r.windowed is None]
 
         def parsed():
-            return parse_records(bronze, max_record_bytes=settings.max_record_bytes)
+            return parse_bronze(bronze, max_record_bytes=settings.max_record_bytes)
 
         def unified():
             return attribute_batch(parsed(), networks)
@@ -756,7 +756,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         with session_conf(spark, INGEST_QUERY_CONF):
             # Warm-up on a slice (code generation, Python workers), so the first stage timed does not pay for it.
             sample = bronze.limit(1000)
-            noop(attribute_batch(parse_records(sample, max_record_bytes=settings.max_record_bytes), networks))
+            noop(attribute_batch(parse_bronze(sample, max_record_bytes=settings.max_record_bytes), networks))
             step("parse+attribution", lambda: noop(unified()))
             cached_unified = unified().persist()
             cached_unified.count()
