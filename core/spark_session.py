@@ -107,49 +107,6 @@ def build_spark(settings: Settings, app_name: str = "nightjar", ui: bool = False
 
 
 
-# Interpreted projections and predicates outside whole-stage codegen, for the ingest query (see start_ingest). Its
-# parse plan's ~430 output fields exceed whole-stage codegen's field limit, so each of its 15 projections was
-# code-generated again in every task (the source text is rebuilt per task; only the compile is cached): 30 % of the
-# live pipeline's JVM CPU. Interpreted, a live run's event->alert p50 went 19.3 -> 11.8 s and a 100,000-event drain's
-# ingest 73 -> 55 s; the windowed query's 100,000-event batch went 16.6 -> 21.5 s the same way, so it keeps codegen
-# (docs/performance.md, "Ingest query: execution").
-INTERPRETED_PROJECTIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-# Optimizer rules that only act on file scans (nested-column pruning, partition pruning, variant push-down) and a
-# rule that finds no redundant alias in the parse plan. The ingest query reads Kafka through a Python data source
-# and reference data from memory, so they never apply there, yet each walks the whole ~18-level, ~430-field plan on
-# every micro-batch: excluded, planning the parse took 2.75 s instead of 3.46 s (median of 5, same rows;
-# docs/performance.md, "Ingest query: planning"). Batch commands that scan files (backtest, ML history) keep them.
-_FILE_SCAN_RULES = (
-    "org.apache.spark.sql.execution.datasources.SchemaPruning",
-    "org.apache.spark.sql.execution.datasources.PruneFileSourcePartitions",
-    "org.apache.spark.sql.execution.datasources.PushVariantIntoScan",
-    "org.apache.spark.sql.catalyst.optimizer.RemoveRedundantAliases",
-)
-# Expression simplifications (constant folding, CASE WHEN and boolean simplification, null propagation, ...). Each is
-# a rewrite that keeps results the same; over the parse plan's tens of thousands of expression nodes they ran in every
-# fixed-point iteration of every micro-batch's optimizer for little gain: the expressions are built to be evaluated
-# as they are. Without them the parse of 200 lines optimized in 0.85 instead of 1.9 s (median of four alternated
-# rounds), and 4,878 live lines parsed to the same rows, no slower (docs/performance.md, "Ingest query: planning").
-_EXPRESSION_SIMPLIFICATIONS = tuple(f"org.apache.spark.sql.catalyst.optimizer.{rule}" for rule in (
-    "ConstantFolding", "SimplifyConditionals", "SimplifyBinaryComparison", "BooleanSimplification",
-    "FoldablePropagation", "PushFoldableIntoBranches", "NullPropagation", "ReplaceNullWithFalseInPredicate",
-    "UnwrapCastInBinaryComparison", "SimplifyExtractValueOps", "ReorderAssociativeOperator", "NullDownPropagation",
-    "OptimizeIn", "SimplifyCasts", "SimplifyCaseConversionExpressions", "OptimizeOneRowRelationSubquery",
-    "LikeSimplification",
-))
-INGEST_EXCLUDED_RULES = _FILE_SCAN_RULES + _EXPRESSION_SIMPLIFICATIONS
-# No common-subexpression cache in the ingest query's interpreted projections. Since each parser's fields are
-# evaluated once per row (ingest/parsers/field_map.dispatch_cases), little is shared between fields, and the cache
-# (a Guava LocalCache per projection, looked up and cleared for every row) was ~17 % of the parse's executor CPU:
-# without it, 40,000 mixed lines parsed in 5.95 instead of 7.58 s, sshd lines 0.81x, Windows lines 0.89x (medians of
-# alternated rounds, same rows; docs/performance.md, "Ingest query: execution").
-NO_SUBEXPRESSION_CACHE = {"spark.sql.subexpressionElimination.enabled": "false"}
-# What the ingest query runs with (start_ingest; bench parse times the parse the same way).
-INGEST_QUERY_CONF = {**INTERPRETED_PROJECTIONS, **NO_SUBEXPRESSION_CACHE,
-                     "spark.sql.optimizer.excludedRules": ",".join(INGEST_EXCLUDED_RULES)}
-
-
 # No micro-batch without input for the windowed query in update mode (start_windowed). After each batch that moves
 # the watermark Spark runs one more, without data, only to evict the windows the watermark passed: in update mode
 # it emits nothing (alerts come from updated windows, never from closed ones), yet live it cost 0.8-1.2 s every

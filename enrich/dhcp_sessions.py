@@ -15,9 +15,11 @@ The functions (``DataFrame -> DataFrame``)::
     unified = attribute_batch(parsed, dhcp_networks)    # batch: applyInPandas, same per-key code
     events_from(unified), quarantine_from(unified), sessions_from(unified), records_from(unified)
 
-``parsed`` is :func:`ingest.normalize.parse_bronze` output (good and bad rows, with the raw record columns).
+``parsed`` is :func:`ingest.arrow_parse.parse_bronze` output with ``raw_record=True`` (good and bad rows, each with
+its whole Kafka record). The DHCP fields are read through the field resolver (dhcpd's ``dhcp.message_types``,
+Zeek's ``msg_types``: one name, each source's own place).
 ``unified`` carries two kinds of rows: ``record`` (one per input record, with the raw Kafka record for ``bronze``,
-the ECS event as JSON or the quarantine reason, and the attribution) and ``session`` (the ``dhcp_sessions`` log),
+the event's core and detail as JSON or the quarantine reason, and the attribution) and ``session`` (the ``dhcp_sessions`` log),
 so that one micro-batch writes every table from one read of Kafka.
 
 How long an event waits for its lease (events whose address is in a DHCP zone and that name no host):
@@ -48,6 +50,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import (
     BinaryType,
@@ -60,8 +63,9 @@ from pyspark.sql.types import (
 )
 
 from enrich.lease_book import ACK, RELEASE, LeaseBook, Limits, process
-from ingest.ecs_schema import ECS_COLUMNS, ECS_SCHEMA
 from ingest.arrow_parse import ERROR_COLUMN, HEADERS_TYPE, QUARANTINE_COLUMNS
+from ingest.events_contract import CORE_ARROW_SCHEMA, CORE_COLUMNS
+from ingest.field_resolver import column
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,7 @@ _OUTPUT_COLUMNS = tuple(f.split()[0] for f in _OUTPUT_SCHEMA.split(", "))
 _STATE_SCHEMA = "book string"
 _BYTES = ("r_key", "r_value")  # stored base64-encoded while an event waits in the (JSON) state
 DEFAULT_LIMITS = Limits()
+CORE_SCHEMA = from_arrow_schema(CORE_ARROW_SCHEMA)
 
 
 def dhcp_networks_from_lake(networks_path: Path) -> list[str]:
@@ -135,12 +140,12 @@ def _operator_input(parsed: DataFrame) -> DataFrame:
     get a bucket key starting with :data:`PASS_KEY_PREFIX` and pass through without state. One linear plan, no
     union: a union of branches of the same stream would read Kafka and parse once per branch."""
     src, dst = F.col("source.ip"), F.col("destination.ip")
-    types = F.col("dhcp.message_types")
+    types = column("dhcp.message_types")
     bad = F.col(ERROR_COLUMN).isNotNull()
     bucket = F.concat(F.lit(PASS_KEY_PREFIX),
                       F.pmod(F.xxhash64("topic", "partition", "offset"), F.lit(PASS_BUCKETS)).cast("string"))
     key = F.when(bad, bucket).when(is_internal(src), src).when(is_internal(dst), dst).otherwise(bucket)
-    payload = F.when(~bad, F.to_json(F.struct(*[F.col(f"`{c}`") for c in ECS_COLUMNS]), JSON_OPTIONS))
+    payload = F.when(~bad, F.to_json(F.struct(*[F.col(f"`{c}`") for c in CORE_COLUMNS]), JSON_OPTIONS))
     cols = set(parsed.columns)
     headers = F.to_json(F.col("headers")) if "headers" in cols else F.lit(None).cast("string")
     return parsed.select(
@@ -151,8 +156,8 @@ def _operator_input(parsed: DataFrame) -> DataFrame:
         F.when(F.array_contains(types, "ACK"), F.lit(ACK))
          .when(F.array_contains(types, "RELEASE"), F.lit(RELEASE)).alias("dhcp"),
         F.col("source.mac").alias("mac"),
-        F.col("dhcp.client_hostname").alias("hostname"),
-        F.col("dhcp.lease_seconds").cast("double").alias("lease_s"),
+        column("dhcp.client_hostname").alias("hostname"),
+        column("dhcp.lease_seconds").cast("double").alias("lease_s"),
         F.col("event.dataset").alias("dataset"),
         F.lower(F.col("dns.question.name")).alias("dns_domain"),
         F.col("dns.resolved_ip").alias("dns_ips"),
@@ -329,12 +334,12 @@ def attribute_batch(parsed: DataFrame, dhcp_networks: list[str], limits: Limits 
 
 
 def events_from(unified: DataFrame) -> DataFrame:
-    """The parsed records back as ECS columns, with the lease holder in ``host.*`` (events with no reporting host)
+    """The parsed records back as the core columns (with ``detail``), with the lease holder in ``host.*`` (events with no reporting host)
     and the resolved name in ``destination.domain``."""
     rows = unified.where((F.col("kind") == KIND_RECORD) & F.col("payload").isNotNull())
-    ecs = rows.select(F.from_json("payload", ECS_SCHEMA, JSON_OPTIONS).alias("e"), "host_name", "host_mac", "host_ip",
+    ecs = rows.select(F.from_json("payload", CORE_SCHEMA, JSON_OPTIONS).alias("e"), "host_name", "host_mac", "host_ip",
                       "dest_domain")
-    host_type = ECS_SCHEMA["host"].dataType
+    host_type = CORE_SCHEMA["host"].dataType
     attributed = {"name": F.col("host_name"), "mac": F.col("host_mac"),
                   "ip": F.when(F.col("host_ip").isNotNull(), F.array(F.col("host_ip")))}
     host = F.when(F.col("host_name").isNull() & F.col("host_mac").isNull(), F.col("e.host")).otherwise(
@@ -344,7 +349,7 @@ def events_from(unified: DataFrame) -> DataFrame:
                          F.col("e.destination").withField("domain", F.col("dest_domain"))
                          ).otherwise(F.col("e.destination"))
     replaced = {"host": host, "destination": destination}
-    return ecs.select(*[replaced.get(c, F.col(f"e.`{c}`")).alias(c) for c in ECS_COLUMNS])
+    return ecs.select(*[replaced.get(c, F.col(f"e.`{c}`")).alias(c) for c in CORE_COLUMNS])
 
 
 def sessions_from(unified: DataFrame) -> DataFrame:

@@ -112,15 +112,21 @@ def resolve(name: str, datasets: Iterable[str] | None = None) -> Resolved:
     registry = registry_datasets()
     taxonomy = SIGMA_TAXONOMY.get(name)
     by_place: dict[tuple[str | None, str | None, str], list[str]] = {}
+    open_datasets: list[str] = []
     for dataset in scope if scope is not None else tuple(sorted(registry)):
         place = _declared(name, dataset)
         if place is None and taxonomy is not None:
             place = (taxonomy, None, ALL_COLUMN_TYPES[taxonomy]) if taxonomy in ALL_COLUMN_TYPES else \
                 _declared(taxonomy, dataset)
-        if place is None and any(d.open for d in dataset_fields(dataset)):
-            place = (None, name, "string")  # an open dataset's own data: any name may be there
         if place is not None:
             by_place.setdefault(place, []).append(dataset)
+        elif any(d.open for d in dataset_fields(dataset)):
+            open_datasets.append(dataset)
+    # An open dataset's own data (a JSON payload, a Windows event's EventData) may hold any name, as text. Only
+    # when no dataset in scope declares the name: a name some source defines means that source's field, and an
+    # open dataset's same-named key is no evidence of the same thing.
+    if not by_place and open_datasets:
+        by_place[(None, name, "string")] = open_datasets
     if not by_place:
         raise UnknownField(name, scope)
     if len(by_place) == 1 and next(iter(by_place))[0] is not None:
@@ -160,8 +166,12 @@ def spark_column(resolved: Resolved):
     dataset = F.col("event.dataset")
     expr = None
     for place in resolved.places:
+        value = read(place)
+        if place.type != resolved.type:  # one CASE has one type: the first place's
+            value = (F.to_json(value) if place.type.startswith("array<") else value).try_cast(resolved.type) \
+                if not resolved.type.startswith("array<") else F.from_json(value.cast("string"), resolved.type)
         cond = dataset.isin(*place.datasets) if place.datasets else F.lit(True)
-        expr = F.when(cond, read(place)) if expr is None else expr.when(cond, read(place))
+        expr = F.when(cond, value) if expr is None else expr.when(cond, value)
     return expr
 
 

@@ -68,13 +68,11 @@ from core.errors import DataLossError, UserError, short_batch_errors, summarize_
 from core.fault_points import fault_point
 from core.lake import add_create_argument, require_lake
 from core.spark_session import (
-    INGEST_QUERY_CONF,
     build_spark,
     in_this_query,
     materialized,
     materialized_rows,
     release,
-    session_conf,
 )
 from core.triggers import (
     QUERIES,
@@ -238,7 +236,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
 
     drain = trigger.available_now
     records = read_kafka(spark, settings, drain=drain)
-    parsed = parse_bronze(to_bronze(records), max_record_bytes=settings.max_record_bytes)
+    parsed = parse_bronze(to_bronze(records), max_record_bytes=settings.max_record_bytes, raw_record=True)
     # A drain holds an event for its lease one micro-batch at most (the run stops after a batch without input,
     # which releases them); a live run up to lease_hold_s.
     hold_s = 0.0 if drain else settings.lease_hold_s
@@ -248,8 +246,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.
-    with session_conf(spark, INGEST_QUERY_CONF):  # the wide parse plan: see core/spark_session.py
-        return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
+    return writer.trigger(processingTime=DRAIN_TRIGGER if drain else trigger.interval).start()
 
 
 def write_partitions(rows: int) -> int:

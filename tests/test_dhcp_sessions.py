@@ -119,7 +119,7 @@ def run_events(bootstrap: str, lake, *extra: str) -> None:
 
 def by_uid(lake) -> dict[str, dict]:
     rows = table_dataset(lake, TABLE_EVENTS).to_table().to_pylist()
-    return {r["zeek"]["session_id"]: r for r in rows if r["event"]["dataset"] == "zeek.conn"}
+    return {dict(r["detail"])["uid"]: r for r in rows if r["event"]["dataset"] == "zeek.conn"}
 
 
 @pytest.mark.e2e
@@ -157,7 +157,7 @@ def test_lease_reassignment_attributes_out_of_order_events_to_the_holder_at_thei
     from ingest.file_source import lines_dataframe
     from ingest.arrow_parse import parse_bronze
 
-    unified = attribute_batch(parse_bronze(lines_dataframe(spark, DELIVERY)), ["10.10.0.0/22"]).cache()
+    unified = attribute_batch(parse_bronze(lines_dataframe(spark, DELIVERY), raw_record=True), ["10.10.0.0/22"]).cache()
     try:
         batch_events = enrich_static(events_from(unified), ReferenceCache(spark, lake).current()).toArrow()
         batch_sessions = sessions_from(unified).toArrow().to_pylist()
@@ -245,18 +245,18 @@ def test_rows_cross_the_operator_unchanged_to_the_microsecond(spark):
     """Events and quarantine rows travel through the operator as JSON: nothing may be lost on the way."""
     from enrich.dhcp_sessions import attribute_batch, events_from, quarantine_from
     from ingest.file_source import lines_dataframe
-    from ingest.arrow_parse import parse_bronze, events_of, quarantine_of
+    from ingest.arrow_parse import events_of, parse_bronze, quarantine_of
 
     lines = [conn(at("10:00", 0.123456), "U1", EVIL, src="203.0.113.50"),   # no internal address: a bucket key
              conn(at("10:00", 1.000001), "U2", "203.0.113.9", src=SERVER),   # internal, no lease known
              b"\xff\xfe not utf-8", b"garbage line", b'{"_path":"conn","ts":15']
-    parsed = parse_bronze(lines_dataframe(spark, lines)).cache()
+    parsed = parse_bronze(lines_dataframe(spark, lines), raw_record=True).cache()
     try:
         unified = attribute_batch(parsed, ["10.10.0.0/22"])
         assert sorted(map(str, events_from(unified).collect())) == sorted(map(str, events_of(parsed).collect()))
         assert sorted(map(str, quarantine_from(unified).collect())) == \
             sorted(map(str, quarantine_of(parsed).collect()))
-        stamps = {r["zeek"]["session_id"]: r["@timestamp"] for r in events_from(unified).collect()}
+        stamps = {r["detail"]["uid"]: r["@timestamp"] for r in events_from(unified).collect()}
         assert stamps["U1"].microsecond == 123456 and stamps["U2"].microsecond == 1
     finally:
         parsed.unpersist()

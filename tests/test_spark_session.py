@@ -1,13 +1,11 @@
-"""core/spark_session.py: per-query SQL settings (the ingest query's interpreted projections, excluded optimizer
-rules and no subexpression cache) stay with that query."""
+"""core/spark_session.py: per-query SQL settings (the windowed query's no-data batches off) stay with that query;
+work started for a query from other threads stays in its job group."""
 
 from __future__ import annotations
 
-from core.spark_session import INGEST_QUERY_CONF, PerContext, session_conf
+from core.spark_session import NO_DATA_BATCHES_OFF, PerContext, session_conf
 
-FACTORY_MODE = "spark.sql.codegen.factoryMode"
-EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
-SUBEXPRESSIONS = "spark.sql.subexpressionElimination.enabled"
+NO_DATA = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
 def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_and_the_session_goes_back(
@@ -15,55 +13,30 @@ def test_a_query_started_inside_session_conf_keeps_it_in_its_batches_and_tasks_a
     source = tmp_path / "in"
     source.mkdir()
     (source / "0.json").write_text('{"k": "a"}\n{"k": "b"}\n')
-    before = spark.conf.get(FACTORY_MODE)
-    assert before != "NO_CODEGEN"
-    assert spark.conf.get(EXCLUDED_RULES, None) is None
-    assert spark.conf.get(SUBEXPRESSIONS) == "true"
+    assert spark.conf.get(NO_DATA, None) in (None, "true")
+    before = spark.conf.get(NO_DATA, None)
     seen: dict[str, object] = {}
 
     def batch(df, _batch_id):
-        seen["driver"] = df.sparkSession.conf.get(FACTORY_MODE)
-        seen["excluded"] = df.sparkSession.conf.get(EXCLUDED_RULES, None)
-        seen["subexpressions"] = df.sparkSession.conf.get(SUBEXPRESSIONS)
+        seen["driver"] = df.sparkSession.conf.get(NO_DATA)
         # What the tasks see: SQL settings travel to executors with each job (SQLConf.get there reads them).
-        seen["tasks"] = df.rdd.mapPartitions(lambda _rows: [_task_conf(FACTORY_MODE)]).collect()
+        seen["tasks"] = df.rdd.mapPartitions(lambda _rows: [_task_conf(NO_DATA)]).collect()
 
     stream = spark.readStream.schema("k string").json(str(source))
-    with session_conf(spark, INGEST_QUERY_CONF):
+    with session_conf(spark, NO_DATA_BATCHES_OFF):
         query = (stream.writeStream.trigger(availableNow=True).foreachBatch(batch)
                  .option("checkpointLocation", str(tmp_path / "cp")).start())
-    assert spark.conf.get(FACTORY_MODE) == before  # the session went back at once, the query runs on
-    assert spark.conf.get(EXCLUDED_RULES, None) is None
-    assert spark.conf.get(SUBEXPRESSIONS) == "true"
+    assert spark.conf.get(NO_DATA, None) == before  # the session went back at once, the query runs on
     query.awaitTermination(120)
     assert query.exception() is None
-    assert seen["driver"] == "NO_CODEGEN"
-    assert seen["excluded"] == INGEST_QUERY_CONF[EXCLUDED_RULES] and "SchemaPruning" in seen["excluded"]
-    assert seen["subexpressions"] == "false"
-    assert seen["tasks"] and set(seen["tasks"]) == {"NO_CODEGEN"}
+    assert seen["driver"] == "false"
+    assert seen["tasks"] and set(seen["tasks"]) == {"false"}
 
 
 def _task_conf(key: str) -> str:
     from pyspark import TaskContext
 
     return TaskContext.get().getLocalProperty(key)
-
-
-def test_every_excluded_rule_is_an_excludable_rule_of_this_spark(spark):
-    """A misspelt or renamed rule would be ignored without a word: the ingest query would plan slowly again."""
-    from core.spark_session import INGEST_EXCLUDED_RULES
-
-    optimizer = spark._jsparkSession.sessionState().optimizer()
-    batches = optimizer.batches()
-    names: set[str] = set()
-    for i in range(batches.size()):
-        rules = batches.apply(i).rules()
-        names |= {rules.apply(j).ruleName() for j in range(rules.size())}
-    non_excludable = optimizer.nonExcludableRules()
-    assert len(INGEST_EXCLUDED_RULES) == len(set(INGEST_EXCLUDED_RULES)) > 4
-    for rule in INGEST_EXCLUDED_RULES:
-        assert rule in names, f"{rule} is not an optimizer rule of Spark {spark.version}"
-        assert not non_excludable.contains(rule), f"{rule} cannot be excluded"
 
 
 def test_in_this_query_runs_in_another_thread_with_its_own_copy_of_the_callers_job_group_and_properties(spark):
