@@ -2,7 +2,7 @@
 
 Each line of each file becomes one record, shaped like a Kafka record of the ``bronze`` table:
 
-* ``value``: the line's raw bytes, without its ``\\n`` (``ingest.normalize`` strips a trailing ``\\r`` and a
+* ``value``: the line's raw bytes, without its ``\\n`` (``ingest.sources.record_parser`` strips a trailing ``\\r`` and a
   byte-order mark), never decoded here, so invalid UTF-8 reaches the quarantine byte for byte;
 * ``topic``: :data:`FILE_TOPIC`; ``partition``: the file's position in the argument list (0-based);
   ``offset``: the 1-based line number, so a quarantined row names the line it came from;

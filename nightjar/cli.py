@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("nightjar.cluster", "a local Spark standalone cluster: `cluster up|down|status`"),
     "alerts": ("alerts.alerts_tail", "the alerts topic: `alerts tail` prints alerts as the SOC receives them"),
     "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),
+    "rebuild-events": ("nightjar.rebuild_events", "rebuild events, quarantine and dhcp_sessions from bronze with the "
+                       "current parse (a lake of the old events contract)"),
     "backtest": ("alerts.backtest", "run the detection rules in batch over the events history"),
     "score": ("alerts.scoring", "precision, recall and latency of the alerts against the generator's ground truth"),
     "ml": ("alerts.ml.ml_command", "behavioural/lexical ML models: `ml train`, `ml evaluate`, `ml list`"),

@@ -3,7 +3,7 @@
 The topology (docs/topology.md has the diagram and the measurements behind it) is two queries, plus one per
 Python rule that brings its own plan:
 
-* ``ingest`` reads Kafka once. Each micro-batch: every record -> ``bronze``; parsed to ECS (``ingest.normalize``)
+* ``ingest`` reads Kafka once. Each micro-batch: every record -> ``bronze``; parsed to events (``ingest.arrow_parse``)
   -> DHCP sessions and host attribution (``enrich.dhcp_sessions``, the one ``applyInPandasWithState`` operator)
   -> reference joins (``enrich.static_joins``) -> ``events``; unparseable records -> ``quarantine``; session
   changes -> ``dhcp_sessions``; and the single-event rules over the batch's events -> alerts, in the same batch.
@@ -87,6 +87,7 @@ from core.triggers import (
 )
 from ingest.embedded_broker import check_reachable, ensure_topics
 from ingest.arrow_parse import parse_bronze
+from nightjar.rebuild_events import require_current_events
 
 log = logging.getLogger(__name__)
 
@@ -794,6 +795,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_restarts < 0:
         raise UserError("--max-restarts must not be negative", exit_code=2)
     require_lake(settings.lake, args.create)  # a mistyped --lake must not become a new, empty lake
+    require_current_events(settings.lake)  # an old contract's events: one line naming `nightjar rebuild-events`
     trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
     for p in args.rules or []:
         if not p.exists():

@@ -1,6 +1,6 @@
 """Message forms of syslog programs: a regex per shape of message and the fields it yields (plain Python).
 
-The plain-Python successor of ``ingest.parsers.regex_forms`` for the syslog ``program`` layer (sshd, sudo, PAM,
+The plain-Python forms of the syslog ``program`` layer (sshd, sudo, PAM,
 shadow-utils, dhcpd): a :class:`Form` is a literal start (a cheap ``str.startswith`` gate), a regex matched against
 the whole message (``fullmatch``, ``re.S``) and a function from its named groups to the event's fields.
 :func:`first_match` tries forms in order; the first that matches wins, as the Spark parse's ``CASE`` did.
