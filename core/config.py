@@ -17,9 +17,11 @@ from core.errors import UserError
 # Topic names are a contract with producers and the SOC (docs/architecture.md): keep them here only.
 TOPIC_RAW_SYSLOG = "nightjar.raw.syslog"
 TOPIC_RAW_ZEEK = "nightjar.raw.zeek"
+# Windows events as JSON, one per message: NXLog/Winlogbeat-style flat keys or the evtx rendering (ingest/sources/windows)
+TOPIC_RAW_WINDOWS = "nightjar.raw.windows"
 TOPIC_ALERTS = "nightjar.alerts"
-RAW_TOPICS: tuple[str, ...] = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK)
-ALL_TOPICS: tuple[str, ...] = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, TOPIC_ALERTS)
+RAW_TOPICS: tuple[str, ...] = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, TOPIC_RAW_WINDOWS)
+ALL_TOPICS: tuple[str, ...] = (*RAW_TOPICS, TOPIC_ALERTS)
 
 # Table names under the lake directory (a contract with the dashboard and the checks).
 TABLE_BRONZE = "bronze"
