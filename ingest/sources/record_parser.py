@@ -32,7 +32,7 @@ FORMAT_SYSLOG = "syslog"
 EVENT_ID_HEX_CHARS = 32  # 128 bits of SHA-256: collision-free in practice, short enough to read
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024
 _SPACE = " \t\n\x0b\f\r"  # what a blank line may consist of and what may precede a JSON record
-# The reason the Spark parse gave (ingest/parsers/zeek.py): the same text, so quarantine counts and tests compare.
+# The reason for a record that starts like JSON but is not JSON (parser: the forced or the fallback JSON source).
 MALFORMED_JSON = "malformed JSON: not one complete JSON object with Zeek's field types"
 
 

@@ -1,6 +1,6 @@
 """Value normalization shared by every source's parser (plain Python, no Spark).
 
-The rules (docs/parsing.md):
+The rules (docs/events_contract.md, "From a raw record to an event"):
 
 * ``*.ip`` holds only a valid IPv4 (dotted quad, no leading zeros) or IPv6 address, IPv6 lower-cased; anything else
   (a host name from ``sshd`` with ``UseDNS yes``, garbage) leaves ``*.ip`` null, and a host name goes to

@@ -21,8 +21,8 @@ record parser) and ``source.ip`` (the address the message is about). ``dhcp.assi
 ``dhcp.detail`` keeps the text after ``via …`` (``wrong network.``, ``(found)``, ``abandoned``). The ``dhcp.*_ip``
 fields hold valid addresses only, and are added to ``related.ip`` (the client name to ``related.hosts``).
 ``event.action`` is the message type in lower case (``dhcpack``); NAK and DECLINE are failures, ACK a success. Other
-dhcpd lines (start-up, failover, ``reuse_lease``) are ``dhcpd`` events with host, process and message. A port of
-``ingest/parsers/dhcpd.py`` (and the ``dhcp.*`` validation of ``ingest/normalize.py``) with the same answers.
+dhcpd lines (start-up, failover, ``reuse_lease``) are ``dhcpd`` events with host, process and message. The
+``dhcp.*`` fields are detail keys (``fields.yml``); DHCP attribution reads them through the field resolver.
 """
 
 from __future__ import annotations

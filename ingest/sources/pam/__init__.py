@@ -9,7 +9,7 @@ keeps the module, service and type. A PAM event is ``system.auth`` whatever the 
 
 This source has no program list and a lower ``order`` than the program sources, so a PAM line of sshd or sudo is
 PAM's. A message that starts like a PAM line but matches no PAM form yields an empty layer, so that no program's
-forms are tried on it either (as the Spark parse did). A port of ``ingest/parsers/pam.py`` with the same answers.
+forms are tried on it either.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ connection             ``Connection from IP port P on IP port P`` (LogLevel VERB
 
 PAM lines from sshd (``pam_unix(sshd:auth): …``) are the ``pam`` source's. ``from`` may name a host instead of an
 address (``UseDNS yes``): the parser puts what the line said in ``source.address`` and the record parser validates it
-into ``source.ip`` or ``source.domain``. A port of ``ingest/parsers/sshd.py`` with the same answers.
+into ``source.ip`` or ``source.domain``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@
 attempts``, ``command not allowed``) is a refusal (outcome failure, the reason in ``system.auth.sudo.error``). Old
 sudo versions pad the user name with leading spaces, lines without a terminal may lack ``TTY=``, and
 ``GROUP=``/``TSID=``/``ENV=`` may appear before ``COMMAND=``. ``user.name`` is who ran sudo, ``user.effective.name``
-(and ``system.auth.sudo.user``) whom the command ran as. sudo's PAM lines are the ``pam`` source's. A port of
-``ingest/parsers/sudo.py`` with the same answers.
+(and ``system.auth.sudo.user``) whom the command ran as. sudo's PAM lines are the ``pam`` source's.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """JSON payloads in syslog messages: ``@cee: {…}`` (CEE / lumberjack, rsyslog ``mmjsonparse``) and a bare JSON
-object after the header (``<14>1 … app - - - {"user": "bob", …}``); port of ``ingest/parsers/syslog_json.py``.
+object after the header (``<14>1 … app - - - {"user": "bob", …}``).
 
 Every top-level key of the object is a detail key of the same name (nested objects and arrays as their JSON text,
 numbers and booleans as text; JSON ``null`` leaves the key out), so nothing is lost whatever keys senders invent.

@@ -16,8 +16,7 @@ failed_user        ``failed adding user 'bob', data deleted``                   
 =================  =============================================================================  =====================
 
 ``user.name`` / ``group.name`` name the account acted on (as Elastic's system module does; the log line does not
-say who ran the command); the ids the line gives are ``user.id`` and ``detail[group.id]``. A port of
-``ingest/parsers/user_management.py`` with the same answers.
+say who ran the command); the ids the line gives are ``user.id`` and ``detail[group.id]``.
 """
 
 from __future__ import annotations

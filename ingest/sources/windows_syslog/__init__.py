@@ -1,5 +1,5 @@
 """Windows event logs forwarded over syslog (EvntSLog, NXLog, Snare-style agents), as Elastic's Windows / System
-integrations map them (port of the Spark SQL ``ingest/parsers/windows.py``, same answers).
+integrations map them (docs/windows_events.md).
 
 Two shapes of message:
 
@@ -17,7 +17,9 @@ else the id of the rendered title; unknown titles keep the header and message wi
 ``user.*`` is the account the event is about: for logons (4624/4625/4634/4647), session and Kerberos/NTLM events
 the *target*; for account management, 4648, 4672, 4688, 1102 the *subject* who acted (then the account acted on
 is ``user.target.*``, 4648's explicit credentials ``user.effective.*``, a group event's group ``group.*``).
-Detail holds the old ``winlog.*`` scalars under their old paths and every EventData value under its Windows name.
+Detail holds the envelope as ``winlog.*`` keys (``winlog.channel``, ``winlog.logon.type``, ...), the fields outside
+the core under their ECS paths (``user.target.id``, ``service.name``, ...) and every EventData value under its
+Windows name.
 """
 
 from __future__ import annotations
@@ -252,9 +254,8 @@ ENVELOPE_KEYS = frozenset((
 ))
 _ID_KEYS = ("id", "EventID", "event_id", "EventId")
 _CHANNEL_KEYS = ("nteventlogtype", "Channel", "channel", "LogName")
-# The channel key that makes a JSON payload a Windows event whatever the program. The old parse meant any of
-# _CHANNEL_KEYS (docs/windows_events.md), but its test, coalesce(isNotNull(k) for k), read the first key only:
-# kept as it was (same answers); NXLog's "Channel" on a program not in PROGRAMS stays a plain JSON payload.
+# The channel key that makes a JSON payload a Windows event whatever the program (EvntSLog's). Only this one of
+# _CHANNEL_KEYS: NXLog's "Channel" on a program not in PROGRAMS stays a plain JSON payload.
 _GATE_KEY = "nteventlogtype"
 _PROVIDER_KEYS = ("sourceproc", "SourceName", "ProviderName", "provider")
 _COMPUTER_KEYS = ("source", "Hostname", "Computer", "computer_name")

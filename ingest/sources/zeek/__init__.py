@@ -1,21 +1,21 @@
 """Zeek JSON logs (one JSON object per line): the ECS core, and every Zeek field in ``detail`` under Zeek's name.
 
-Port of the Spark SQL parser ``ingest/parsers/zeek.py`` + ``zeek_logs.py`` with the same answers. Variants read:
+Variants read:
 
 * flattened dotted keys (``"id.orig_h"``, Zeek's default) and a nested ``"id": {"orig_h": …}`` object;
 * ``ts`` as ISO 8601 (``2018-03-24T17:15:20.865716Z``) or epoch seconds (``1521911720.865716``, rounded half-up
-  to the microsecond as the old ``decimal(38,6)`` cast did);
+  to the microsecond);
 * IPv4 and IPv6 addresses; sets and vectors as JSON arrays; numbers written as text or as numbers;
 * no ``_path`` (logs written to per-type files): inferred from fields only that log has.
 
 Each Zeek log has its field list in ``fields/<log>.yml`` (dataset ``zeek.<log>``): the detail keys are Zeek's own
-field names (what SigmaHQ's Zeek rules name) converted to the type listed there, with the old Elastic path as
-alias; the few values the old parse derived (``dns.answers``, ``url.full``, ``email.*.address``, ...) are detail keys
-under their old path. Fields no list names still go to detail as text (the datasets are open). Any other
+field names (what SigmaHQ's Zeek rules name) converted to the type listed there, with Elastic's path as
+alias; the few values derived from Zeek's fields (``dns.answers``, ``url.full``, ``email.*.address``, ...) are detail
+keys under their ECS path. Fields no list names still go to detail as text (the datasets are open). Any other
 ``_path`` is an event too: time, ``uid``, the 4-tuple and its fields as text.
 
-Quarantined (parser ``zeek``): not one JSON object, or an array field that is not an array (the old ``from_json``
-schema's corrupt record), no ``_path`` that can be inferred, no ``ts``, unreadable ``ts``.
+Quarantined (parser ``zeek``): not one JSON object, or an array field (:data:`ARRAY_FIELDS`) that is not an array, no
+``_path`` that can be inferred, no ``ts``, unreadable ``ts``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ NO_PATH = "no _path field, and the log type cannot be inferred from the fields"
 NO_TS = "no ts field"
 FIELDS_DIR = Path(__file__).resolve().parent / "fields"
 
-# Fields the old from_json schema read as array<string>: any other JSON value there made the record corrupt.
+# Fields Zeek writes as arrays (sets and vectors): any other JSON value there makes the record malformed.
 ARRAY_FIELDS = frozenset((
     "tunnel_parents", "answers", "TTLs", "uids", "msg_types", "tags", "proxied", "orig_fuids", "orig_filenames",
     "orig_mime_types", "resp_fuids", "resp_filenames", "resp_mime_types", "cert_chain_fps",
@@ -60,7 +60,7 @@ ARRAY_FIELDS = frozenset((
 PROTOCOLS = {**{p: p for p in ("dns", "http", "ssh", "ntp", "rdp", "dhcp", "kerberos", "ntlm", "dce_rpc", "smtp",
                                "ftp")},
              "ssl": "tls", "smb_files": "smb", "smb_mapping": "smb"}
-# (log, any of these fields present) in the old order of inference, for records without _path.
+# (log, any of these fields present), tried in this order, for records without _path.
 INFERENCE = (
     ("conn", ("conn_state", "orig_pkts", "history")),
     ("dhcp", ("msg_types", "assigned_addr", "lease_time")),
@@ -91,11 +91,10 @@ _INT32 = 1 << 31
 _INT64 = 1 << 63
 
 
-# --- Values as the old parse read them: every scalar as Spark's text of the JSON value, then try_cast. -------------
+# --- Values: every scalar read as the text of its JSON value, then converted to the listed type. ------------------
 
 def text(value: Any) -> str | None:
-    """A JSON value as the old ``from_json`` read it into a string column: strings as they are, other values as
-    their JSON text (compact)."""
+    """A JSON value as text: strings as they are, other values as their JSON text (compact)."""
     return value if isinstance(value, str) else detail_text(value)
 
 
@@ -256,7 +255,7 @@ _OTHER = "other"  # the field list of logs without their own (fields/other.yml)
 
 
 def detect(obj: Any) -> bool:
-    """A JSON object with ``_path``, or one whose log type can be inferred as the old parse did."""
+    """A JSON object with ``_path``, or one whose log type can be inferred from its fields (:data:`INFERENCE`)."""
     return isinstance(obj, dict) and ("_path" in obj or _inferred(obj) is not None)
 
 
@@ -271,8 +270,8 @@ def _inferred(obj: dict[str, Any]) -> str | None:
 
 
 def parse(obj: Any, line: str) -> Event:
-    """One Zeek JSON record -> an event; :class:`ParseFailure` (parser ``zeek``) for the records the old parse
-    quarantined."""
+    """One Zeek JSON record -> an event; :class:`ParseFailure` (parser ``zeek``) for a record that is not one object
+    with Zeek's field types, whose log type cannot be inferred, or without a readable ``ts``."""
     if not isinstance(obj, dict):
         raise ParseFailure(PARSER, MALFORMED)
     for key in ARRAY_FIELDS.intersection(obj):
@@ -327,7 +326,7 @@ def parse(obj: Any, line: str) -> Event:
     return event
 
 
-# --- Per log: the ECS fields and the derived detail values the old parse gave. --------------------------------------
+# --- Per log: the ECS fields and the derived detail values. ----------------------------------------------------------
 
 def _outcome(success: bool | None) -> str | None:
     return None if success is None else ("success" if success else "failure")
