@@ -7,7 +7,9 @@ How a hunt runs (:func:`run_hunt`):
    any statement naming a DuckDB function that reads or lists files (``read_csv``, ``read_parquet``, ``glob``,
    …) or a string literal in a ``FROM`` (DuckDB's replacement scan of a file path);
 2. a fresh in-memory DuckDB connection registers every lake table as an Arrow dataset view (deltalake, the
-   table's current version), then sets ``enable_external_access=false`` (no file system, no network, no
+   table's current version) and, over ``events``, one typed view per dataset of the source registry
+   (:func:`ingest.source_views.duckdb_view_sql`: ``zeek_conn`` with Zeek's own ``conn_state``/``history``,
+   ``system_auth`` with ``system.auth.ssh.method``, … read from the core columns or ``detail`` and typed), then sets ``enable_external_access=false`` (no file system, no network, no
    extension installs or loads, no ATTACH/COPY/EXPORT), caps ``memory_limit`` and ``threads``, and finally
    ``lock_configuration=true`` so the query cannot undo any of it. The checks in 1 give a readable reason; the
    settings in 2 are what actually enforces the sandbox;
@@ -16,6 +18,9 @@ How a hunt runs (:func:`run_hunt`):
    whichever comes first (:attr:`HuntResult.cut` says which, :attr:`HuntResult.notice` tells the analyst how to
    narrow the query). The bytes bound what the dashboard keeps per session and sends to the browser: eight rows
    of 30 MB each were one 240 MB Streamlit message, which Streamlit refused (its limit is 200 MB).
+
+A field's name — ECS's, a source's own or Sigma's — becomes the DuckDB expression that reads it through the field
+resolver (:func:`field_sql`), the same resolution the rules use.
 
 Saved hunts live in the dashboard-owned Delta table ``saved_hunts`` (append-only; the newest row of a name
 wins, a row with ``deleted`` hides it); :data:`SHIPPED_HUNTS` are offered on an empty lake and written to the
@@ -35,7 +40,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from core.config import DEFAULT_HUNT_MAX_BYTES, ENV_HUNT_MAX_BYTES
+from core.config import DEFAULT_HUNT_MAX_BYTES, ENV_HUNT_MAX_BYTES, TABLE_EVENTS
 from core.lake import list_tables, table_dataset
 from dashboard.lakedb import TABLE_SAVED_HUNTS, has_table, query
 from dashboard.triage import append_rows
@@ -163,12 +168,36 @@ def check_sql(sql: str) -> None:
         raise HuntRefused(f"{kind} statements are not allowed: hunts are read-only queries (SELECT …)")
 
 
+def dataset_views() -> dict[str, str]:
+    """View name -> dataset, for every dataset of the source registry (``zeek.conn`` -> ``zeek_conn``)."""
+    from ingest.source_views import view_name
+    from ingest.sources import datasets
+
+    return {view_name(d): d for d in sorted(datasets())}
+
+
+def field_sql(name: str, datasets: list[str] | None = None) -> str:
+    """The DuckDB expression over ``events`` reading field ``name`` for ``datasets`` (all when None): a core column,
+    or ``detail['key']`` typed, or a CASE on ``event.dataset`` where datasets place it differently;
+    :class:`HuntRefused` naming the field when no source of the datasets has it."""
+    from ingest.field_resolver import UnknownField, duckdb_sql, resolve
+
+    try:
+        return duckdb_sql(resolve(name.strip(), datasets or None))
+    except UnknownField as exc:
+        raise HuntRefused(str(exc.args[0]) if exc.args else f"unknown field {name!r}") from None
+
+
 def sandbox(lake: Path, threads: int = 2) -> duckdb.DuckDBPyConnection:
-    """A connection with every lake table registered and external access disabled and locked."""
+    """A connection with every lake table registered, a typed view per dataset over ``events``, and external access
+    disabled and locked."""
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
-    for name in list_tables(lake):
+    tables = list_tables(lake)
+    for name in tables:
         con.register(name, table_dataset(lake, name))
+    if TABLE_EVENTS in tables:
+        _create_dataset_views(con, set(tables))
     con.execute(f"SET threads = {int(threads)}")
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
     con.execute("SET enable_external_access = false")
@@ -176,6 +205,19 @@ def sandbox(lake: Path, threads: int = 2) -> duckdb.DuckDBPyConnection:
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def _create_dataset_views(con: duckdb.DuckDBPyConnection, tables: set[str]) -> None:
+    """One view per registry dataset over ``events``, unless a lake table has its name. An ``events`` without the
+    contract's ``detail`` column (a lake written before contract v2) gets none."""
+    from ingest.events_contract import DETAIL
+    from ingest.source_views import duckdb_view_sql
+
+    if DETAIL not in con.table(TABLE_EVENTS).columns:
+        return
+    for view, dataset in dataset_views().items():
+        if view not in tables:
+            con.execute(duckdb_view_sql(dataset, TABLE_EVENTS))
 
 
 def run_hunt(lake: Path, sql: str, timeout_s: float = DEFAULT_TIMEOUT_S, max_rows: int = DEFAULT_MAX_ROWS,

@@ -2,15 +2,16 @@
 
 Each line of each file becomes one record, shaped like a Kafka record of the ``bronze`` table:
 
-* ``value``: the line's raw bytes, without its ``\\n`` (``ingest.sources.record_parser`` strips a trailing ``\\r`` and a
-  byte-order mark), never decoded here, so invalid UTF-8 reaches the quarantine byte for byte;
+* ``value``: the line's raw bytes, without its ``\\n`` (the parse, ``ingest.sources.record_parser.decode``, strips
+  a trailing ``\\r`` and a byte-order mark), never decoded here, so invalid UTF-8 reaches the quarantine byte for byte;
 * ``topic``: :data:`FILE_TOPIC`; ``partition``: the file's position in the argument list (0-based);
   ``offset``: the 1-based line number, so a quarantined row names the line it came from;
 * ``timestamp``: null (a file line has no broker timestamp), ``ingested_at``: the time of reading;
 * ``headers``: ``nightjar.source_file`` = the file's path, which also goes into ``event.id``.
 
-Lines are read on the driver (``nightjar parse`` is a command-line tool over local files) and handed to
-Spark as one Arrow table; the parsing itself runs in Spark like the stream's.
+Lines are read on the driver and handed to Spark as one Arrow table (``nightjar replay``, tests and benchmarks);
+``nightjar parse`` reads the same lines with :func:`read_lines` and parses each with the stream's per-record parser
+without Spark.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from ingest.kafka_source import ARROW_SCHEMA as KAFKA_ARROW_SCHEMA
 from ingest.arrow_parse import SOURCE_FILE_HEADER
+from ingest.kafka_source import ARROW_SCHEMA as KAFKA_ARROW_SCHEMA
 
 FILE_TOPIC = "file"
 BRONZE_ARROW_SCHEMA = pa.schema([*KAFKA_ARROW_SCHEMA, pa.field("ingested_at", pa.timestamp("us", tz="UTC"))])

@@ -24,8 +24,8 @@ from core import class_archive
 from core.config import Settings
 from core.spark_session import build_spark
 from enrich.dhcp_sessions import attribute_batch, events_from
-from ingest.file_source import lines_dataframe
 from ingest.arrow_parse import parse_bronze
+from ingest.file_source import lines_dataframe
 
 log = logging.getLogger(__name__)
 

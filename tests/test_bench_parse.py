@@ -10,7 +10,7 @@ import argparse
 import pytest
 
 from core.config import Settings
-from nightjar.benchmarks.bench_parse import BAD_LINES, batch_figures, workload
+from nightjar.benchmarks.bench_parse import BAD_LINES, PLAN_BATCH_LINES, batch_figures, cost_figures, workload
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -38,3 +38,14 @@ def test_batch_figures_quarantine_exactly_the_bad_lines_and_compare_windows_with
     assert result["batch_events_per_s"] > 0 and result["windows_events_per_s"] > 0 and result["sshd_events_per_s"] > 0
     assert result["windows_to_sshd"] == pytest.approx(result["windows_events_per_s"] / result["sshd_events_per_s"])
     assert "interpreted projections" in lines[0] and any(line.startswith("Windows / sshd:") for line in lines)
+
+
+@pytest.mark.bench
+def test_cost_figures_report_rate_cpu_and_planning_of_the_v2_parse(spark) -> None:
+    records = workload(PLAN_BATCH_LINES, bad_percent=1.0)
+    lines: list[str] = []
+    out = cost_figures(spark, records, Settings().max_record_bytes, 1, lines.append)
+    assert out["events_per_s"] > 0 and out["cpu_us_per_event"] > 0
+    # One mapInArrow node: building and planning a micro-batch takes well under a second (the 412-field parse: ~4 s).
+    assert 0 < out["build_s"] + out["plan_s"] < 1.0
+    assert len(lines) == 1 and lines[0].startswith("parse stage cost:")

@@ -352,3 +352,23 @@ def test_dashboard_page_answers_who_has_this_ip_now(dhcp_lake: Path, tmp_path: P
             driver.quit()
         stop_dashboard(proc)
     assert proc.poll() is not None
+
+
+def test_the_dashboards_event_queries_read_only_core_and_enrichment_columns() -> None:
+    """Entity pages, alert evidence and shipped hunts read ``events`` by the contract's typed columns only (a
+    source's own field lives in ``detail`` and is read through the field resolver or a dataset view)."""
+    import re
+
+    import dashboard
+    from ingest.field_resolver import ALL_COLUMN_TYPES
+
+    folder = Path(dashboard.__file__).parent
+    named = set()
+    for module in [*folder.glob("*.py"), *folder.glob("views/*.py")]:
+        if "rule_lab" in module.name:
+            continue  # the rule lab compiles rules, whose fields the resolver places
+        # a quoted name followed by a field: a struct column of events ("source".ip, "zeek".conn_state, ...)
+        named |= {m.group(1) + m.group(2) for m in re.finditer(r'"([a-z_]+)"((?:\.[a-z_]+)+)', module.read_text())}
+    assert {"source.ip", "event.dataset", "user.name", "dns.question.name", "source.geo.country_iso_code"} <= named
+    leaves_and_structs = set(ALL_COLUMN_TYPES) | {p.rsplit(".", i)[0] for p in ALL_COLUMN_TYPES for i in (1, 2)}
+    assert sorted(named - leaves_and_structs) == []

@@ -141,6 +141,17 @@ def test_hunt_over_the_real_lake(pipeline_lake: Path, truth: dict) -> None:
     assert truth["ssh_brute_force"]["entity"]["value"] in set(res.rows["source_ip"])
     for h in hunt.SHIPPED_HUNTS:
         hunt.run_hunt(pipeline_lake, h.sql)  # every shipped hunt runs on the real schema
+    # The typed per-dataset views: the brute force's failed SSH logins by the source's own field names.
+    attacker = truth["ssh_brute_force"]["entity"]["value"]
+    auth = hunt.run_hunt(pipeline_lake, f"""
+        SELECT "system.auth.ssh.method" AS method, count(*) AS n FROM system_auth
+        WHERE "source.ip" = '{attacker}' AND "event.outcome" = 'failure' GROUP BY ALL""").rows
+    assert auth["n"].sum() > 0 and set(auth["method"]) <= {"password", "publickey", "keyboard-interactive", None}
+    per_dataset = hunt.run_hunt(pipeline_lake, 'SELECT "event".dataset AS d, count(*) AS n FROM events '
+                                               "GROUP BY ALL").rows
+    for dataset, n in zip(per_dataset["d"], per_dataset["n"], strict=True):
+        view = next(v for v, d in hunt.dataset_views().items() if d == dataset)
+        assert hunt.run_hunt(pipeline_lake, f'SELECT count(*) AS n FROM "{view}"').rows["n"].tolist() == [n]
 
 
 # --- the pages in a browser ---------------------------------------------------------------------------------------

@@ -271,3 +271,59 @@ def test_a_bad_user_header_setting_names_the_variable(bad: str) -> None:
         settings_from_env({ENV_DASHBOARD_USER_HEADER: bad})
     assert settings_from_env({ENV_DASHBOARD_USER_HEADER: " X-Forwarded-User "}).dashboard_user_header == \
         "X-Forwarded-User"
+
+
+# --- hunt over events (contract v2): typed per-dataset views and field names through the resolver -----------------
+
+EVENT_LINES = (
+    b'{"_path":"conn","ts":1521911720.865716,"uid":"CAbc1","id.orig_h":"10.47.1.100","id.orig_p":41772,'
+    b'"id.resp_h":"10.0.0.100","id.resp_p":443,"proto":"tcp","service":"ssl,http","duration":1.5,"orig_bytes":100,'
+    b'"resp_bytes":2000,"conn_state":"SF","local_orig":true,"missed_bytes":0,"history":"ShADadFf","orig_pkts":5,'
+    b'"resp_pkts":7,"tunnel_parents":[]}',
+    b"<38>Mar  9 10:00:00 bastion sshd[1234]: Accepted password for alice from 10.0.0.7 port 61000 ssh2",
+    b"<38>Mar  9 10:00:05 bastion sshd[1234]: Accepted publickey for bob from 10.0.0.8 port 61001 ssh2: "
+    b"ED25519 SHA256:abc",
+)
+
+
+@pytest.fixture
+def events_lake(lake: Path) -> Path:
+    """An ``events`` table of real parsed events (the registry's parser, contract v2 columns), written with deltalake."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from ingest.events_contract import to_arrow
+    from ingest.sources.record_parser import parse_record
+
+    events = [parse_record(raw, topic="t", partition=0, offset=i, ingested_us=1_700_000_000_000_000).event
+              for i, raw in enumerate(EVENT_LINES)]
+    assert all(events)
+    write_deltalake(str(lake / "events"), pa.Table.from_struct_array(to_arrow(events)))
+    return lake
+
+
+def test_hunt_offers_a_typed_view_per_dataset_with_the_sources_own_names(events_lake: Path) -> None:
+    conn = hunt.run_hunt(events_lake, 'SELECT uid, conn_state, history, duration, orig_pkts, "id.orig_h", '
+                                      '"id.resp_p" FROM zeek_conn').rows
+    assert conn.to_dict("records") == [{"uid": "CAbc1", "conn_state": "SF", "history": "ShADadFf", "duration": 1.5,
+                                        "orig_pkts": 5, "id.orig_h": "10.47.1.100", "id.resp_p": 443}]
+    auth = hunt.run_hunt(events_lake, 'SELECT "user.name" AS u, "system.auth.ssh.method" AS m, '
+                                      '"system.auth.ssh.key_type" AS k FROM system_auth ORDER BY u').rows
+    assert auth.to_dict("records") == [{"u": "alice", "m": "password", "k": None},
+                                       {"u": "bob", "m": "publickey", "k": "ED25519"}]
+    # every dataset of the registry has its view, empty where the lake has none of its events
+    assert set(hunt.dataset_views()) >= {"zeek_conn", "zeek_dns", "system_auth", "dhcpd", "windows_security"}
+    assert hunt.run_hunt(events_lake, "SELECT count(*) AS n FROM zeek_dns").rows["n"].tolist() == [0]
+
+
+def test_field_names_resolve_to_duckdb_expressions_as_the_rules_read_them(events_lake: Path) -> None:
+    state = hunt.field_sql("conn_state", ["zeek.conn"])
+    assert "detail" in state
+    rows = hunt.run_hunt(events_lake, f"SELECT {state} AS s FROM events WHERE {state} IS NOT NULL").rows
+    assert rows["s"].tolist() == ["SF"]
+    user = hunt.field_sql("User", ["system.auth"])  # Sigma's taxonomy name -> the core column
+    assert user == '"user"."name"'
+    assert sorted(hunt.run_hunt(events_lake, f"SELECT {user} AS u FROM events WHERE u IS NOT NULL").rows["u"]) == [
+        "alice", "bob"]
+    with pytest.raises(hunt.HuntRefused, match="unknown field 'no_such_field'"):
+        hunt.field_sql("no_such_field", ["system.auth"])  # a closed field list (Zeek keeps unknown keys)

@@ -1,4 +1,7 @@
-"""``nightjar parse FILE…`` through the real CLI (a subprocess with its own Spark)."""
+"""``nightjar parse FILE…`` through the real CLI (a subprocess), and its parity with the stream's ``parse_bronze``.
+
+The CLI runs the registry's per-record parser without Spark; the parity test checks that the same files through
+``file_source.read_files`` + ``parse_bronze`` (what the stream runs) give the same events and the same bad lines."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ ZEEK = [
 ]
 
 
-def nightjar(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def nightjar(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "nightjar.cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -41,7 +44,6 @@ def files(tmp_path_factory) -> tuple[Path, Path]:
     return syslog, zeek
 
 
-@pytest.mark.slow
 def test_parse_prints_ecs_json_per_line_and_reports_bad_lines(files):
     syslog, zeek = files
     result = nightjar("parse", str(syslog), str(zeek))
@@ -51,16 +53,21 @@ def test_parse_prints_ecs_json_per_line_and_reports_bad_lines(files):
     ssh, dhcp, rfc5424, dns = docs
     assert ssh["event"]["original"] == SYSLOG[0].decode()
     assert ssh["event"]["action"] == "ssh_login" and ssh["user"]["name"] == "bob"
-    assert ssh["source"] == {"address": "10.0.0.5", "ip": "10.0.0.5", "port": 50022}
-    assert ssh["system"]["auth"]["ssh"]["key_type"] == "ED25519"
+    assert ssh["event"]["dataset"] == "system.auth"
+    assert ssh["source"] == {"ip": "10.0.0.5", "port": 50022}
+    assert ssh["detail"]["system.auth.ssh.key_type"] == "ED25519"  # the source's own field, by its own name
+    assert ssh["detail"]["system.auth.ssh.method"] == "publickey"
     assert ssh["@timestamp"].endswith("-02-21T21:54:44.000000Z")
-    assert dhcp["source"]["mac"] == "00-0C-29-AA-0B-01" and dhcp["dhcp"]["assigned_ip"] == "10.0.0.50"
+    assert dhcp["source"]["mac"] == "00-0C-29-AA-0B-01" and dhcp["detail"]["dhcp.assigned_ip"] == "10.0.0.50"
+    assert dhcp["event"]["dataset"] == "dhcpd"
     assert dhcp["event"]["original"].endswith("via eth0")  # the \r is not part of the line
     assert rfc5424["@timestamp"] == "2023-10-11T22:14:15.003000Z"
-    assert rfc5424["log"]["syslog"]["structured_data"] == {"a@1": {"k": "v"}}
+    assert json.loads(rfc5424["detail"]["log.syslog.structured_data"]) == {"a@1": {"k": "v"}}
     assert dns["dns"]["question"]["name"] == "ise.wrccdc.org"
-    assert dns["dns"]["answers"] == [{"data": "134.71.3.16", "ttl": 60}]
+    assert dns["dns"]["resolved_ip"] == ["134.71.3.16"]
+    assert json.loads(dns["detail"]["dns.answers"]) == [{"data": "134.71.3.16", "ttl": 60}]
     assert dns["event"]["dataset"] == "zeek.dns" and dns["source"]["ip"] == "10.47.1.100"
+    assert all(isinstance(v, str) for d in docs for v in d["detail"].values())  # detail values are text
     assert len({d["event"]["id"] for d in docs}) == 4
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith(str(syslog)) or ln.startswith(str(zeek))]
     assert errors == [
@@ -70,6 +77,47 @@ def test_parse_prints_ecs_json_per_line_and_reports_bad_lines(files):
         f"{zeek}:2: zeek: malformed JSON: not one complete JSON object with Zeek's field types",
     ]
     assert "nightjar parse: 4 events, 3 bad lines" in result.stderr
+
+
+def test_format_names_a_json_source(files):
+    """``--format zeek`` forces the Zeek source; ``--format syslog`` makes the Zeek lines bad syslog lines."""
+    _, zeek = files
+    forced = nightjar("parse", "--format", "zeek", str(zeek), timeout=60)
+    assert forced.returncode == 0, forced.stderr
+    assert [json.loads(x)["event"]["dataset"] for x in forced.stdout.splitlines()] == ["zeek.dns"]
+    as_syslog = nightjar("parse", "--format", "syslog", str(zeek), timeout=60)
+    assert as_syslog.stdout == ""
+    assert "nightjar parse: 0 events, 2 bad lines" in as_syslog.stderr
+
+
+@pytest.mark.slow
+def test_same_events_as_the_streams_parse(spark, files):
+    """The CLI's events and bad lines are those of ``read_files`` + ``parse_bronze`` (the stream's mapInArrow)."""
+    from pyspark.sql import functions as F
+
+    from ingest.arrow_parse import ERROR_COLUMN, events_of, parse_bronze
+    from ingest.file_source import read_files
+
+    syslog, zeek = files
+    result = nightjar("parse", str(syslog), str(zeek))
+    cli = {d["event"]["id"]: d for d in map(json.loads, result.stdout.splitlines())}
+    parsed = parse_bronze(read_files(spark, [syslog, zeek])).cache()
+    rows = events_of(parsed).select(
+        F.col("event.id").alias("id"), F.col("event.dataset").alias("dataset"), F.col("event.original").alias("o"),
+        F.col("source.ip").alias("ip"), F.col("user.name").alias("user"), "detail").collect()
+    assert {r["id"] for r in rows} == set(cli)
+    for r in rows:
+        doc = cli[r["id"]]
+        assert (r["dataset"], r["o"], r["ip"], r["user"]) == (
+            doc["event"]["dataset"], doc["event"]["original"], doc.get("source", {}).get("ip"),
+            doc.get("user", {}).get("name"))
+        assert dict(r["detail"] or {}) == doc.get("detail", {})
+    bad = parsed.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        "partition", "offset", F.col(ERROR_COLUMN)["parser"].alias("p"), F.col(ERROR_COLUMN)["reason"].alias("r"))
+    paths = [syslog, zeek]
+    assert sorted(f"{paths[b['partition']]}:{b['offset']}: {b['p']}: {b['r']}" for b in bad.collect()) == sorted(
+        ln for ln in result.stderr.splitlines() if ln.startswith((str(syslog), str(zeek))))
+    parsed.unpersist()
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -1,17 +1,19 @@
-"""Fuzz: random bytes, truncated and oversized records never make parsing raise, and nothing is lost.
+"""Fuzz ``parse_bronze`` (the stream's parse, contract v2): random bytes, truncated, mutated and oversized records
+never make it raise, and each record gives exactly one row — an event or a quarantine row — with nothing lost.
 
 Each Hypothesis example is a whole batch of records (one Spark job per example, not per record).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from tests.parse_helpers import INGESTED
+INGESTED = dt.datetime(2024, 3, 10, 12, 0, 0, tzinfo=dt.UTC)
 
 MAX_BYTES = 300
 VALID = [
@@ -40,8 +42,8 @@ record = st.one_of(st.binary(max_size=80), valid, truncated, mutated, oversized,
 def test_parse_never_raises_and_count_in_equals_events_plus_quarantine(spark, records):
     import pyarrow as pa
 
+    from ingest.arrow_parse import events_of, parse_bronze, quarantine_of
     from ingest.file_source import BRONZE_ARROW_SCHEMA
-    from ingest.arrow_parse import parse_bronze, events_of, quarantine_of
 
     n = len(records)
     table = pa.Table.from_pydict({
@@ -60,12 +62,12 @@ def test_parse_never_raises_and_count_in_equals_events_plus_quarantine(spark, re
     assert events + len(quarantined) == n
     for r in rows:
         raw = records[r["offset"]]
-        assert r["id"] is not None
-        if r["_error"] is None:  # an event: has a time and keeps its line
-            assert r["@timestamp"] is not None
+        if r["_error"] is None:  # an event: has an id and a time, and keeps its line
+            assert r["id"] is not None and r["@timestamp"] is not None
             assert r["original"] is not None and len(raw) <= MAX_BYTES
-        else:
+        else:  # a quarantine row: a reason, and no event fields (its coordinates name the record)
             assert r["_error"]["parser"] and r["_error"]["reason"]
+            assert r["id"] is None and r["original"] is None
         if raw is None or len(raw) > MAX_BYTES:
             assert r["_error"] is not None and r["_error"]["parser"] == "decode"
     by_offset = {q["offset"]: q for q in quarantined}
@@ -83,8 +85,8 @@ def test_parse_never_raises_and_count_in_equals_events_plus_quarantine(spark, re
 
 
 def test_the_valid_seeds_parse(spark):
-    from ingest.file_source import lines_dataframe
     from ingest.arrow_parse import parse_bronze
+    from ingest.file_source import lines_dataframe
 
     rows = parse_bronze(lines_dataframe(spark, VALID, ingested_at=INGESTED), max_record_bytes=MAX_BYTES) \
         .orderBy("offset").select("_error", "event.dataset").collect()

@@ -14,11 +14,28 @@ PAGE_SIZE = 100
 
 def _schema_help() -> None:
     with st.expander("Tables and columns"):
-        for name in list_tables(lake()):
+        tables = list_tables(lake())
+        for name in tables:
             fields = table_dataset(lake(), name).schema
             st.markdown(f"**{name}**: " + ", ".join(f"`{f.name}`" for f in fields))
         st.caption('Nested ECS columns: `"source".ip`, `"event".original`, `"@timestamp"` (quote names DuckDB '
-                   "reserves, such as user, group, source).")
+                   "reserves, such as user, group, source). A source's own fields are in `detail`, a map of text.")
+        if "events" in tables:
+            views = hunt.dataset_views()
+            st.markdown("**Typed views of `events`, one per source dataset**, with the source's own field names "
+                        '(`SELECT conn_state, count(*) FROM zeek_conn GROUP BY ALL`; quote dotted names: '
+                        '`"system.auth.ssh.method"`): ' + ", ".join(f"`{v}`" for v in views))
+    with st.expander("Find a field"):
+        c1, c2 = st.columns([2, 3])
+        name = c1.text_input("Field (ECS, a source's own, or Sigma's name)", key="hunt_field")
+        datasets = c2.multiselect("In datasets (all when empty)", sorted(hunt.dataset_views().values()),
+                                  key="hunt_field_datasets")
+        if name.strip():
+            try:
+                st.code(hunt.field_sql(name, datasets), language="sql")
+                st.caption("An expression over `events`, as the rules read the field (docs/fields.md).")
+            except hunt.HuntRefused as exc:
+                st.error(str(exc))
 
 
 def page() -> None:

@@ -3,15 +3,20 @@
 Workload: ``--events`` records from the sample producer's mix (sshd, sudo, dhcpd as RFC 3164 and RFC 5424
 syslog; Zeek conn and dns JSON) with ``--bad-percent`` unparseable lines mixed in.
 
+The parse is the events contract's (v2): ``ingest.arrow_parse.parse_bronze``, the source registry's Python parsers
+over Arrow batches (one ``mapInArrow``), narrow typed core + ``detail``.
+
 1. Batch, parse stage alone: the records as an in-memory bronze DataFrame (cached and counted first, so
-   reading is not timed) -> ``parse_records`` -> Spark's ``noop`` sink (every column computed, nothing
-   written). A warm-up run on a slice pays JVM code generation first.
-2. Stream, bronze -> events: the records produced to two fresh topics, then the ``events`` query's exact
-   transformation (Kafka source -> bronze -> ``parse_records`` -> ``deduplicate`` -> ``events`` and
-   ``quarantine`` Delta tables) with availableNow. Reported steady (micro-batches after the first) and end to
-   end (query start to finish, including warm-up).
-3. Windows event-log lines vs sshd lines (the issue's bar: Windows within 25 % of sshd), each workload warmed
+   reading is not timed) -> ``parse_bronze`` -> Spark's ``noop`` sink (every column computed, nothing
+   written). A warm-up run on a slice starts the Python workers first.
+2. Windows event-log lines vs sshd lines (the issue's bar: Windows within 25 % of sshd), each workload warmed
    up, then timed alternately and repeated (``--rounds``); the medians and their ratio are reported.
+3. The parse's cost, warmed up, median of ``--rounds``: events/s, CPU time per event of the JVM and its Python
+   workers (local mode), and the build and plan time of one 2,000-line micro-batch (what a streaming query pays
+   per micro-batch before it reads a record).
+4. Stream, bronze -> events: the records produced to two fresh topics, then Kafka source -> bronze ->
+   ``parse_bronze`` -> ``events`` and ``quarantine`` Delta tables with availableNow. Reported steady
+   (micro-batches after the first) and end to end (query start to finish, including warm-up).
 
 ``--json`` prints one JSON object with every figure and the load average on stdout (the table on stderr).
 """
@@ -57,9 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time the batch parse with Spark's defaults (generated projections, every optimizer rule) "
                              "instead of the settings the ingest query runs it with "
                              "(core/spark_session.INGEST_QUERY_CONF)")
-    parser.add_argument("--skip-contracts", action="store_true",
-                        help="skip the events-contract comparison: v1 (Spark SQL, 412 fields) vs v2 (Arrow-batched "
-                             "Python parsers of the source registry, narrow core + detail)")
+    parser.add_argument("--skip-cost", action="store_true",
+                        help="skip the parse's cost figures (CPU per event, build + plan of a 2,000-line batch)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object with every figure (and the load average) on stdout, "
                              "the table on stderr")
@@ -193,22 +197,26 @@ def _cached_bronze(spark, records: list[tuple[str, bytes]]):
     return bronze
 
 
-def _time_parse(bronze, max_bytes: int) -> float:
-    """Seconds to compute every column of ``parse_records(bronze)`` (Spark's ``noop`` sink writes nothing)."""
-    from ingest.normalize import parse_records
+def _parse(bronze, max_bytes: int):
+    from ingest.arrow_parse import parse_bronze
 
+    return parse_bronze(bronze, max_record_bytes=max_bytes)
+
+
+def _time_parse(bronze, max_bytes: int) -> float:
+    """Seconds to compute every column of ``parse_bronze(bronze)`` (Spark's ``noop`` sink writes nothing)."""
     started = time.monotonic()
-    parse_records(bronze, max_record_bytes=max_bytes).write.format("noop").mode("overwrite").save()
+    _parse(bronze, max_bytes).write.format("noop").mode("overwrite").save()
     return time.monotonic() - started
 
 
 def bench_batch(spark, records: list[tuple[str, bytes]], max_bytes: int) -> tuple[float, int]:
-    from ingest.normalize import parse_records
+    from ingest.arrow_parse import ERROR_COLUMN
 
     bronze = _cached_bronze(spark, records)
     _time_parse(bronze.limit(2000), max_bytes)  # warm-up on a slice
     elapsed = _time_parse(bronze, max_bytes)
-    bad = parse_records(bronze, max_record_bytes=max_bytes).where("_error IS NOT NULL").count()
+    bad = _parse(bronze, max_bytes).where(f"{ERROR_COLUMN} IS NOT NULL").count()
     bronze.unpersist()
     return len(records) / elapsed, bad
 
@@ -233,36 +241,30 @@ def _produce(settings: Settings, topics: dict[str, str], records: list[tuple[str
         raise UserError(f"{len(errors)} records were not delivered: {errors[0]}")
 
 
-def bench_stream(spark, settings: Settings, topics: dict[str, str], n_records: int, lake: Path, max_per_trigger: int,
-                 contract: str) -> tuple[float, float, int, int, int]:
-    """Kafka -> bronze -> parse (``contract`` v1 or v2) -> ``events`` and ``quarantine`` Delta tables, availableNow:
+def bench_stream(spark, settings: Settings, topics: dict[str, str], n_records: int, lake: Path,
+                 max_per_trigger: int) -> tuple[float, float, int, int, int]:
+    """Kafka -> bronze -> ``parse_bronze`` -> ``events`` and ``quarantine`` Delta tables, availableNow:
     (steady events/s, end-to-end events/s, micro-batches, events, quarantined)."""
     from core.lake import row_count
+    from ingest.arrow_parse import events_of, quarantine_of
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
     from nightjar.pipeline import to_bronze
 
-    if contract == "v1":
-        from ingest.normalize import to_events, to_quarantine
-    else:
-        from ingest.arrow_parse import events_of as to_events
-        from ingest.arrow_parse import quarantine_of as to_quarantine
-    lake = lake / contract
     settings = settings.with_(lake=lake, max_offsets_per_trigger=max_per_trigger)
     events_path, quarantine_path = lake / TABLE_EVENTS, lake / TABLE_QUARANTINE
 
     def write(df, batch_id: int) -> None:
         df.persist()
         try:
-            write_batch(to_events(df), events_path, "bench.events", batch_id)
-            write_batch(to_quarantine(df), quarantine_path, "bench.quarantine", batch_id)
+            write_batch(events_of(df), events_path, "bench.events", batch_id)
+            write_batch(quarantine_of(df), quarantine_path, "bench.quarantine", batch_id)
         finally:
             df.unpersist()
 
-    parsed = _contract_frame(contract, to_bronze(read_kafka(spark, settings, tuple(topics.values()))),
-                             settings.max_record_bytes)
+    parsed = _parse(to_bronze(read_kafka(spark, settings, tuple(topics.values()))), settings.max_record_bytes)
     started = time.monotonic()
-    query = (parsed.writeStream.queryName(f"bench_events_{contract}").foreachBatch(write)
+    query = (parsed.writeStream.queryName("bench_events").foreachBatch(write)
              .option("checkpointLocation", str(lake / "_checkpoints" / "bench_events"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
@@ -270,7 +272,7 @@ def bench_stream(spark, settings: Settings, topics: dict[str, str], n_records: i
     progress = [p for p in query.recentProgress if p.numInputRows]
     events, bad = row_count(lake, TABLE_EVENTS), row_count(lake, TABLE_QUARANTINE)
     if events + bad != n_records:
-        raise UserError(f"{contract}: events ({events}) + quarantine ({bad}) != {n_records} records")
+        raise UserError(f"events ({events}) + quarantine ({bad}) != {n_records} records")
     steady = progress[1:] or progress
     steady_rows = sum(p.numInputRows for p in steady)
     steady_ms = sum(p.durationMs.get("triggerExecution", 0) for p in steady)
@@ -291,15 +293,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     records = workload(args.events, args.bad_percent)
     spark = build_spark(settings, app_name="nightjar-bench-parse")
-    # The batch figures measure the parse as the ingest query runs it: with interpreted projections (its ~430-field
-    # plan is past whole-stage codegen's limit, and generating each projection's code again per task cost more) and
-    # without the file-scan optimizer rules.
+    # The batch figures measure the parse under the session settings the ingest query runs it with.
     mode = {} if args.codegen else INGEST_QUERY_CONF
     result["projections"] = "codegen" if args.codegen else "interpreted"
     with session_conf(spark, mode):
         batch_figures(args, settings, spark, records, result, show)
-    if not args.skip_contracts:
-        result |= contract_figures(spark, records, settings.max_record_bytes, args.rounds, show)
+    if not args.skip_cost:
+        result |= cost_figures(spark, records, settings.max_record_bytes, args.rounds, show)
     if not args.skip_stream:
         result |= _run_stream(args, settings, spark, records, show)
     result["load_average_end"] = list(os.getloadavg())
@@ -334,7 +334,7 @@ def batch_figures(args: argparse.Namespace, settings: Settings, spark, records: 
 
 def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: list[tuple[str, bytes]],
                 show) -> dict[str, object]:
-    """bronze -> events in the stream, under each events contract, from the same topics (v2 first, then v1)."""
+    """bronze -> events in the stream, from two fresh topics holding the workload."""
     broker = None
     if settings.bootstrap is None:
         broker = EmbeddedBroker().start()
@@ -346,15 +346,12 @@ def _run_stream(args: argparse.Namespace, settings: Settings, spark, records: li
         topics = {"syslog": f"bench.parse.syslog.{suffix}", "zeek": f"bench.parse.zeek.{suffix}"}
         ensure_topics(settings, tuple(topics.values()))
         _produce(settings, topics, records)
-        for contract in ("v2", "v1"):
-            steady, overall, batches, events, bad = bench_stream(spark, settings, topics, len(records), lake,
-                                                                 args.max_offsets_per_trigger, contract)
-            show(f"bronze->events (stream, {contract}): {steady:>10,.0f} events/s steady ({batches} micro-batches, "
-                 f"first excluded); {overall:,.0f} events/s end to end incl. start-up ({events:,} events + {bad:,} "
-                 "quarantined)")
-            out |= {f"stream_{contract}_steady_events_per_s": steady, f"stream_{contract}_end_to_end_events_per_s": overall,
-                    f"stream_{contract}_micro_batches": batches, f"stream_{contract}_events": events,
-                    f"stream_{contract}_quarantined": bad}
+        steady, overall, batches, events, bad = bench_stream(spark, settings, topics, len(records), lake,
+                                                             args.max_offsets_per_trigger)
+        show(f"bronze->events (stream): {steady:>10,.0f} events/s steady ({batches} micro-batches, first excluded); "
+             f"{overall:,.0f} events/s end to end incl. start-up ({events:,} events + {bad:,} quarantined)")
+        out |= {"stream_steady_events_per_s": steady, "stream_end_to_end_events_per_s": overall,
+                "stream_micro_batches": batches, "stream_events": events, "stream_quarantined": bad}
     finally:
         if broker is not None:
             broker.stop()
@@ -388,70 +385,46 @@ def _cpu_tree_seconds(pid: int | None) -> float | None:
     return total
 
 
-def _contract_frame(contract: str, bronze, max_bytes: int):
-    if contract == "v1":
-        from ingest.normalize import parse_records
-
-        return parse_records(bronze, max_record_bytes=max_bytes)
-    from ingest.arrow_parse import parse_bronze
-
-    return parse_bronze(bronze, max_record_bytes=max_bytes)
-
-
-def _plan_seconds(spark, contract: str, bronze, max_bytes: int) -> tuple[float, float]:
+def _plan_seconds(bronze, max_bytes: int) -> tuple[float, float]:
     """(build, plan) seconds of one micro-batch-sized parse: building the DataFrame, then Spark's analysis,
     optimization and physical planning (``executedPlan``), as a streaming query pays per micro-batch."""
     started = time.monotonic()
-    df = _contract_frame(contract, bronze, max_bytes)
+    df = _parse(bronze, max_bytes)
     built = time.monotonic()
     df._jdf.queryExecution().executedPlan()
     return built - started, time.monotonic() - built
 
 
-def contract_figures(spark, records: list[tuple[str, bytes]], max_bytes: int, rounds: int, show) -> dict[str, object]:
-    """The parse stage under both events contracts, same records, warmed up, rounds alternated (v1, v2, v1, …):
-    median events/s, CPU time per event of the JVM and its Python workers (local mode), and the build and plan time
-    of one :data:`PLAN_BATCH_LINES`-line micro-batch (median of 3, after a first one)."""
+def cost_figures(spark, records: list[tuple[str, bytes]], max_bytes: int, rounds: int, show) -> dict[str, object]:
+    """The parse's cost on the workload, warmed up: median events/s of ``rounds`` runs, CPU time per event of the JVM
+    and its Python workers (local mode), and the build and plan time of one :data:`PLAN_BATCH_LINES`-line
+    micro-batch (median of 3, after a first one)."""
     import statistics
 
     bronze = _cached_bronze(spark, records)
     small = _cached_bronze(spark, records[:PLAN_BATCH_LINES])
     jvm = _jvm_pid(spark)
-    rates: dict[str, list[float]] = {"v1": [], "v2": []}
-    cpu_us: dict[str, list[float]] = {"v1": [], "v2": []}
-    plans: dict[str, list[tuple[float, float]]] = {"v1": [], "v2": []}
+    rates: list[float] = []
+    cpu_us: list[float] = []
     try:
-        for contract in rates:
-            _contract_frame(contract, bronze, max_bytes).write.format("noop").mode("overwrite").save()  # warm-up
-            for _ in range(4):
-                plans[contract].append(_plan_seconds(spark, contract, small, max_bytes))
+        _time_parse(bronze, max_bytes)  # warm-up
+        plans = [_plan_seconds(small, max_bytes) for _ in range(4)]
         for _ in range(rounds):
-            for contract in rates:
-                cpu = _cpu_tree_seconds(jvm)
-                started = time.monotonic()
-                _contract_frame(contract, bronze, max_bytes).write.format("noop").mode("overwrite").save()
-                rates[contract].append(len(records) / (time.monotonic() - started))
-                after = _cpu_tree_seconds(jvm)
-                if cpu is not None and after is not None:
-                    cpu_us[contract].append((after - cpu) / len(records) * 1e6)
+            cpu = _cpu_tree_seconds(jvm)
+            rates.append(len(records) / _time_parse(bronze, max_bytes))
+            after = _cpu_tree_seconds(jvm)
+            if cpu is not None and after is not None:
+                cpu_us.append((after - cpu) / len(records) * 1e6)
     finally:
         bronze.unpersist()
         small.unpersist()
-    out: dict[str, object] = {"contract_rounds": rounds}
-    for contract in rates:
-        build = statistics.median(b for b, _ in plans[contract][1:])
-        plan = statistics.median(p for _, p in plans[contract][1:])
-        out |= {f"{contract}_events_per_s": statistics.median(rates[contract]),
-                f"{contract}_build_s": build, f"{contract}_plan_s": plan}
-        if cpu_us[contract]:
-            out[f"{contract}_cpu_us_per_event"] = statistics.median(cpu_us[contract])
-    out["v2_to_v1"] = out["v2_events_per_s"] / out["v1_events_per_s"]
-    show(f"parse stage, contract v1 (Spark SQL, 412 fields):  {out['v1_events_per_s']:>10,.0f} events/s  "
-         f"cpu {out.get('v1_cpu_us_per_event', float('nan')):,.0f} us/event  "
-         f"build+plan of {PLAN_BATCH_LINES:,} lines {out['v1_build_s']:.2f}+{out['v1_plan_s']:.2f} s")
-    show(f"parse stage, contract v2 (Python, narrow core):    {out['v2_events_per_s']:>10,.0f} events/s  "
-         f"cpu {out.get('v2_cpu_us_per_event', float('nan')):,.0f} us/event  "
-         f"build+plan of {PLAN_BATCH_LINES:,} lines {out['v2_build_s']:.2f}+{out['v2_plan_s']:.2f} s")
-    show(f"v2 / v1:                                           {out['v2_to_v1']:>10.2f} x  (median of {rounds} "
-         "alternated rounds, warmed up; CPU = the JVM and its Python workers)")
+    out: dict[str, object] = {"cost_rounds": rounds, "events_per_s": statistics.median(rates),
+                              "build_s": statistics.median(b for b, _ in plans[1:]),
+                              "plan_s": statistics.median(p for _, p in plans[1:])}
+    if cpu_us:
+        out["cpu_us_per_event"] = statistics.median(cpu_us)
+    show(f"parse stage cost:        {out['events_per_s']:>10,.0f} events/s  "
+         f"cpu {out.get('cpu_us_per_event', float('nan')):,.0f} us/event (the JVM and its Python workers)  "
+         f"build+plan of {PLAN_BATCH_LINES:,} lines {out['build_s']:.3f}+{out['plan_s']:.3f} s  "
+         f"(median of {rounds}, warmed up)")
     return out

@@ -682,17 +682,16 @@ def _print_drained(out: Out, r: dict[str, Any]) -> None:
 
 def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     """Each stage's cost in batch, over the same records: cumulative plans, the cost is the difference."""
-    from alerts.detection_input import detection_input
-    from alerts.detection_input import events_schema
+    from alerts.detection_input import detection_input, events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
     from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
+    from ingest.arrow_parse import parse_bronze
     from ingest.delta_sink import write_batch
     from ingest.kafka_source import read_kafka
-    from ingest.arrow_parse import parse_bronze
 
     scratch = lake.parent / "stages"
     spark = build_spark(settings, app_name="nightjar-bench-stages")
