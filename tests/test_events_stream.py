@@ -31,7 +31,8 @@ def _fixture_lines() -> list[bytes]:
     for s in sources():
         for log in sorted((s.folder / FIXTURES).glob("*.log")):
             for raw in log.read_bytes().split(b"\n"):
-                parsed = parse_record(raw, topic="t", partition=0, offset=0)
+                # With a record time, as in the stream: a line with no timestamp of its own then parses, and is tagged.
+                parsed = parse_record(raw, topic="t", partition=0, offset=0, timestamp_us=1, ingested_us=1)
                 if raw and "syslog_timestamp_missing" not in ((parsed.event or {}).get("tags") or []):
                     out.append(raw)
     return out
