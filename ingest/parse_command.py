@@ -7,7 +7,9 @@ file and line order, and one line per bad line on stderr: ``FILE:LINE: PARSER: R
 stderr. Bad lines are data, not a failure: the exit status is 0 once the files were read; bad arguments or a
 missing or unreadable file give a one-line error and a non-zero exit.
 
-Each line is the record a file source would put in ``bronze`` (:mod:`ingest.file_source`: topic ``file``,
+Files are read in place whatever their packaging (:mod:`ingest.capture_files`): plain or gzipped lines, ``.zip`` and
+``.tar.gz`` archives member by member, Windows ``.evtx`` as one evtx-JSON record per event; an archive member is
+named ``ARCHIVE:MEMBER`` in reports. Each line is the record a file source would put in ``bronze`` (:mod:`ingest.file_source`: topic ``file``,
 partition = the file's position in the arguments, offset = the line number, the path as the source-file header, so
 ``event.id`` is the one ``nightjar replay`` of the same files gives) and goes through
 :func:`ingest.sources.record_parser.parse_record` — the per-record code that the stream's ``mapInArrow``
@@ -38,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "that JSON source")
     parser.add_argument("--max-record-bytes", type=int, default=None, metavar="N",
                         help="lines longer than N bytes are reported as bad (default: the pipeline's limit)")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="log files to parse")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="log files to parse: lines (.gz too), .zip/.tar.gz archives of them, Windows .evtx")
 
 
 def check_files(files: list[str]) -> list[Path]:
@@ -61,25 +64,36 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if max_bytes <= 0:
         raise UserError("--max-record-bytes must be positive", exit_code=2)
 
+    from ingest.capture_files import capture_lines
     from ingest.events_contract import as_ecs_json
-    from ingest.file_source import FILE_TOPIC, read_lines
+    from ingest.file_source import FILE_TOPIC
     from ingest.sources.record_parser import parse_record
 
     ingested_us = int(time.time() * 1_000_000)
     good = bad = 0
     out = sys.stdout
+    unreadable = 0
+
+    def report(where: str, reason: str) -> None:
+        nonlocal unreadable
+        unreadable += 1
+        out.flush()
+        print(f"{where}: {reason}", file=sys.stderr)
+
     for index, path in enumerate(paths):
-        for number, raw in read_lines(path):
-            parsed = parse_record(raw, topic=FILE_TOPIC, partition=index, offset=number, fmt=args.format,
-                                  ingested_us=ingested_us, source_file=str(path), max_record_bytes=max_bytes)
+        for line in capture_lines(path, report):
+            number = line.number
+            parsed = parse_record(line.value, topic=FILE_TOPIC, partition=index, offset=number, fmt=args.format,
+                                  ingested_us=ingested_us, source_file=line.where, max_record_bytes=max_bytes)
             if parsed.error is None:
                 out.write(json.dumps(as_ecs_json(parsed.event), ensure_ascii=False, separators=(",", ":")))
                 out.write("\n")
                 good += 1
             else:
                 out.flush()
-                print(f"{path}:{number}: {parsed.error[0]}: {parsed.error[1]}", file=sys.stderr)
+                print(f"{line.where}:{number}: {parsed.error[0]}: {parsed.error[1]}", file=sys.stderr)
                 bad += 1
     out.flush()
-    print(f"nightjar parse: {good} events, {bad} bad lines", file=sys.stderr)
+    print(f"nightjar parse: {good} events, {bad} bad lines"
+          + (f", {unreadable} unreadable files or archive members" if unreadable else ""), file=sys.stderr)
     return 0

@@ -1,17 +1,20 @@
 """``nightjar replay FILE… [--rate R] [--shift-to-now]``: send captured log files to the raw topics.
 
-Each line is one Kafka record, its bytes unchanged (except a shifted timestamp, below), on the topic its
-content names, as ``nightjar parse --format auto`` tells them apart: a line starting with ``{`` or ``[`` is
-Zeek JSON (``nightjar.raw.zeek``), anything else syslog (``nightjar.raw.syslog``). Lines go in file order,
-files in argument order, as fast as possible or at ``--rate`` lines per second, keyed like the generator's
-records (syslog: the emitting host; Zeek: ``id.orig_h``) so that one host's lines stay in order.
+Files are read in place (:mod:`ingest.capture_files`): plain or gzipped lines, ``.zip``/``.tar.gz`` archives member by
+member, Windows ``.evtx`` as one evtx-JSON record per event. Each line is one Kafka record, its bytes unchanged
+(except a shifted timestamp, below), on the topic its content names, as ``nightjar parse --format auto`` tells them
+apart: a JSON object the Windows source recognises (NXLog/Winlogbeat keys, the evtx rendering) goes to
+``nightjar.raw.windows``, other JSON to ``nightjar.raw.zeek``, anything else to ``nightjar.raw.syslog``. Lines go in
+file order, files in argument order, as fast as possible or at ``--rate`` lines per second, keyed like the
+generator's records (syslog: the emitting host; Zeek: ``id.orig_h``; Windows: the computer) so that one host's lines
+stay in order.
 
 ``--shift-to-now`` moves every timestamp by one offset, so that the capture's earliest timestamp becomes the
 moment the replay starts and the lines keep their spacing: a capture from 2018 plays as live traffic
 (detections' windows, the dashboard's "last hour"). Rewritten in place, in the line's own format: Zeek
 ``ts`` (epoch seconds or ISO 8601), RFC 5424 timestamps (offset and fraction digits kept), RFC 3164
 ``Mmm dd hh:mm:ss`` (read in the current year, as the parser reads it) and RFC 3339 timestamps after an
-RFC 3164 ``<PRI>``.
+RFC 3164 ``<PRI>``. Windows events are sent with their own times (reported as not shifted).
 
 Nothing is dropped: a line that cannot be read (invalid UTF-8, blank) or whose timestamp cannot be shifted is
 sent unchanged (the pipeline quarantines what it cannot parse) and reported on stderr as
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import logging
 import re
 import signal
@@ -33,9 +37,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
+from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_WINDOWS, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+from ingest.capture_files import capture_lines
 from ingest.embedded_broker import check_reachable, ensure_topics
+
+RAW_TOPICS_BY_CONTENT = (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, TOPIC_RAW_WINDOWS)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +58,9 @@ _EPOCH = re.compile(r"^-?[0-9]+(?:\.([0-9]*))?$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="log files: syslog lines and/or Zeek JSON lines")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="log files: syslog lines, Zeek JSON lines, Windows events as JSON lines or .evtx; "
+                             "gzipped, or in .zip/.tar.gz archives")
     parser.add_argument("--rate", type=float, help="lines per second (default: as fast as possible)")
     parser.add_argument("--shift-to-now", action="store_true",
                         help="move timestamps so the capture's earliest one is now (keeps their spacing)")
@@ -61,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _HOST_5424 = re.compile(rb"^<[0-9]{1,3}>[1-9][0-9]{0,2} \S+ (\S+) ")
 _HOST_3164 = re.compile(rb"^(?:<[0-9]{1,3}>)?(?:[A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8}|[0-9]{4}-[0-9]{2}-[0-9]{2}T\S+) (\S+) ")
 _ORIG_H = re.compile(rb'"id\.orig_h"\s*:\s*"([^"]+)"|"orig_h"\s*:\s*"([^"]+)"')
+_COMPUTER = re.compile(rb'"(?:Hostname|Computer|computer_name)"\s*:\s*"([^"]+)"')
 
 
 def key_of(line: bytes, topic: str) -> bytes | None:
@@ -69,13 +79,24 @@ def key_of(line: bytes, topic: str) -> bytes | None:
     if topic == TOPIC_RAW_ZEEK:
         m = _ORIG_H.search(line)
         return (m.group(1) or m.group(2)) if m else None
+    if topic == TOPIC_RAW_WINDOWS:
+        m = _COMPUTER.search(line)
+        return m.group(1) if m else None
     m = _HOST_5424.match(line) or _HOST_3164.match(line)
     return m.group(1) if m else None
 
 
 def topic_of(line: bytes) -> str:
-    """The raw topic of a line, as ``parse --format auto`` tells formats apart."""
-    return TOPIC_RAW_ZEEK if line.lstrip()[:1] in (b"{", b"[") else TOPIC_RAW_SYSLOG
+    """The raw topic of a line, as ``parse --format auto`` tells formats apart (the Windows source's own test)."""
+    if line.lstrip()[:1] not in (b"{", b"["):
+        return TOPIC_RAW_SYSLOG
+    from ingest.sources.windows import detect
+
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return TOPIC_RAW_ZEEK  # malformed JSON: quarantined by the parse, on the JSON topic
+    return TOPIC_RAW_WINDOWS if isinstance(obj, dict) and detect(obj) else TOPIC_RAW_ZEEK
 
 
 # --- timestamps ------------------------------------------------------------------------------------------
@@ -171,10 +192,10 @@ def shifted(line: bytes, stamp: Stamp, offset: dt.timedelta) -> bytes:
 
 # --- reading ---------------------------------------------------------------------------------------------
 
-def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            yield number, raw.rstrip(b"\n").rstrip(b"\r")
+def read_lines(path: Path, problems=None) -> Iterator[tuple[str, int, bytes]]:
+    """(where, line number, bytes) of every record of ``path``, whatever its packaging (ingest.capture_files)."""
+    for line in capture_lines(path, problems or (lambda _where, _reason: None)):
+        yield line.where, line.number, line.value
 
 
 def unreadable(raw: bytes) -> str | None:
@@ -197,7 +218,7 @@ def survey(paths: list[Path], year: int) -> Survey:
     """First pass: the number of lines (for the progress line) and the earliest timestamp."""
     out = Survey()
     for path in paths:
-        for _number, raw in read_lines(path):
+        for _where, _number, raw in read_lines(path):
             out.lines += 1
             if unreadable(raw) is None:
                 stamp = find_stamp(raw, year)
@@ -236,12 +257,13 @@ class Progress:
 
 @dataclass
 class Result:
-    sent: dict[str, int] = field(default_factory=lambda: {TOPIC_RAW_SYSLOG: 0, TOPIC_RAW_ZEEK: 0})
+    sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RAW_TOPICS_BY_CONTENT, 0))
     delivered: int = 0
     reported: int = 0
     offset: dt.timedelta | None = None
     seconds: float = 0.0
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM; what was sent before is flushed and delivered
+    unshifted: int = 0  # Windows events sent with their own times under --shift-to-now
 
 
 def replay(settings: Settings, paths: list[Path], rate: float | None = None, shift_to_now: bool = False,
@@ -264,7 +286,7 @@ def replay(settings: Settings, paths: list[Path], rate: float | None = None, shi
     if shift_to_now and info.earliest is not None:
         result.offset = now - info.earliest
     check_reachable(settings)
-    ensure_topics(settings, (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK))
+    ensure_topics(settings, RAW_TOPICS_BY_CONTENT)
     failures: list[str] = []
 
     def on_delivery(error, _msg) -> None:
@@ -277,24 +299,30 @@ def replay(settings: Settings, paths: list[Path], rate: float | None = None, shi
     bar = Progress(info.lines, progress)
     started = time.monotonic()
     n = 0
+    def unreadable_part(where: str, reason: str) -> None:
+        print(f"{where}: {reason}", file=err)
+        result.reported += 1
+
     for path in paths:
         if result.interrupted:
             break
-        for number, raw in read_lines(path):
+        for where, number, raw in read_lines(path, unreadable_part):
             if stop is not None and stop.is_set():  # Ctrl-C or SIGTERM: deliver what was produced, say how far
                 result.interrupted = True
                 break
             value, problem = raw, unreadable(raw)
-            if problem is None and result.offset is not None:
+            topic = topic_of(value)
+            if problem is None and result.offset is not None and topic == TOPIC_RAW_WINDOWS:
+                result.unshifted += 1  # sent with its own time; said once in the summary, not per event
+            elif problem is None and result.offset is not None:
                 stamp = find_stamp(raw, year)
                 if stamp is None:
                     problem = "no readable timestamp to shift"
                 else:
                     value = shifted(raw, stamp, result.offset)
             if problem is not None:
-                print(f"{path}:{number}: {problem} (sent unchanged)", file=err)
+                print(f"{where}:{number}: {problem} (sent unchanged)", file=err)
                 result.reported += 1
-            topic = topic_of(value)
             while True:
                 try:
                     producer.produce(topic, value=value, key=key_of(value, topic), on_delivery=on_delivery)
@@ -340,8 +368,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     shift = ""
     if result.offset is not None:
         shift = f", timestamps shifted by {result.offset.total_seconds():+,.0f} s"
-    print(f"replayed {result.delivered:,} lines ({result.sent[TOPIC_RAW_SYSLOG]:,} to {TOPIC_RAW_SYSLOG}, "
-          f"{result.sent[TOPIC_RAW_ZEEK]:,} to {TOPIC_RAW_ZEEK}; {result.reported:,} reported on stderr) "
+        if result.unshifted:
+            shift += f" ({result.unshifted:,} Windows events kept their own times)"
+    per_topic = ", ".join(f"{result.sent[t]:,} to {t}" for t in RAW_TOPICS_BY_CONTENT)
+    print(f"replayed {result.delivered:,} lines ({per_topic}; {result.reported:,} reported on stderr) "
           f"to {settings.bootstrap_servers} in {result.seconds:.1f} s{shift}"
           + (": interrupted before the end of the input" if result.interrupted else ""))
     return 130 if result.interrupted else 0

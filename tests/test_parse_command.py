@@ -133,3 +133,25 @@ def test_bad_arguments_get_one_line_and_non_zero_exit(args, message):
     assert len(lines) == 1, result.stderr
     assert message in lines[0] and lines[0].startswith("nightjar parse")
     assert result.stdout == ""
+
+
+def test_archives_are_parsed_in_place_and_bad_lines_name_the_member(tmp_path):
+    """A .zip of Windows JSON lines: each event parsed as the windows source parses it; a bad line is reported as
+    ARCHIVE:MEMBER:LINE, and the events' ids differ per member (the member is the source file)."""
+    import zipfile
+
+    event = {"EventID": 4624, "Channel": "Security", "Hostname": "DC-1.corp.example", "TargetUserName": "alice",
+             "LogonType": "3", "IpAddress": "10.0.0.9", "EventTime": "2019-05-18 20:36:46"}
+    archive = tmp_path / "capture.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("a.json", json.dumps(event) + "\n{broken\n")
+        z.writestr("b.json", json.dumps(event) + "\n")
+    done = nightjar("parse", str(archive))
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [e["event"]["code"] for e in events] == ["4624", "4624"]
+    assert {e["event"]["dataset"] for e in events} == {"windows.security"}
+    assert events[0]["user"]["name"] == "alice" and events[0]["detail"]["LogonType"] == "3"
+    assert events[0]["event"]["id"] != events[1]["event"]["id"]
+    assert f"{archive}:a.json:2: " in done.stderr
+    assert "2 events, 1 bad lines" in done.stderr

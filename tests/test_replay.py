@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK
+from core.config import TOPIC_RAW_SYSLOG, TOPIC_RAW_WINDOWS, TOPIC_RAW_ZEEK
 
 
 def consume_all(bootstrap: str, topic: str, marker: bytes) -> list[bytes]:
@@ -47,7 +47,8 @@ def test_replay_sends_every_line_unchanged(broker, capture, capsys):
     code = main(["replay", str(syslog), str(zeek), "--quiet", "--bootstrap", broker.bootstrap])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert f"replayed 7 lines (5 to {TOPIC_RAW_SYSLOG}, 2 to {TOPIC_RAW_ZEEK}; 2 reported on stderr)" in out
+    assert (f"replayed 7 lines (5 to {TOPIC_RAW_SYSLOG}, 2 to {TOPIC_RAW_ZEEK}, 0 to {TOPIC_RAW_WINDOWS}; "
+            "2 reported on stderr)") in out
     assert err.splitlines() == [f"{syslog}:3: blank line (sent unchanged)",
                                 f"{syslog}:4: invalid UTF-8 at byte 0 (sent unchanged)"]
     # Same host, same key, one partition: file order. The invalid-UTF-8 line has no host (no key).
@@ -55,6 +56,36 @@ def test_replay_sends_every_line_unchanged(broker, capture, capsys):
     assert [v for v in got if v != lines[3]] == [lines[0], lines[1], lines[4]] and lines[3] in got
     zeek_got = consume_all(broker.bootstrap, TOPIC_RAW_ZEEK, marker.encode())
     assert sorted(zeek_got) == sorted(zeek.read_bytes().splitlines())
+
+
+def test_replay_sends_windows_events_from_an_archive_to_their_topic_keyed_by_computer(broker, tmp_path, capsys):
+    """NXLog and evtx-JSON events inside a .tar.gz go to nightjar.raw.windows, read in place; a Zeek line beside them
+    in the archive still goes to the Zeek topic."""
+    import io
+    import tarfile
+
+    from nightjar.cli import main
+
+    marker = uuid.uuid4().hex[:12]
+    nxlog = json.dumps({"EventID": 4625, "Channel": "Security", "Hostname": f"dc-{marker}",
+                        "TargetUserName": "alice", "EventTime": "2019-05-18 20:36:46"}).encode()
+    evtx = json.dumps({"Event": {"System": {"EventID": 1, "Channel": "Microsoft-Windows-Sysmon/Operational",
+                                            "Computer": f"ws-{marker}",
+                                            "TimeCreated": {"#attributes": {"SystemTime": "2024-01-01T00:00:00Z"}}},
+                                 "EventData": {"Image": "C:\\Windows\\System32\\cmd.exe"}}}).encode()
+    zeek = json.dumps({"_path": "conn", "ts": 1.5, "uid": f"C{marker}", "id.orig_h": "10.0.0.5"}).encode()
+    tarball = tmp_path / "capture.tar.gz"
+    with tarfile.open(tarball, "w:gz") as t:
+        data = b"\n".join([nxlog, evtx, zeek]) + b"\n"
+        info = tarfile.TarInfo("logs/mixed.json")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    code = main(["replay", str(tarball), "--quiet", "--bootstrap", broker.bootstrap])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"1 to {TOPIC_RAW_ZEEK}, 2 to {TOPIC_RAW_WINDOWS}" in out
+    assert sorted(consume_all(broker.bootstrap, TOPIC_RAW_WINDOWS, marker.encode())) == sorted([nxlog, evtx])
+    assert consume_all(broker.bootstrap, TOPIC_RAW_ZEEK, marker.encode()) == [zeek]
 
 
 def test_replay_shift_to_now_keeps_spacing(broker, capture, capsys):
