@@ -1,24 +1,29 @@
 """Stream-static enrichment: network zones and geo, asset and user context, threat-intel matches.
 
-:func:`enrich_static` is a plain DataFrame -> DataFrame function over ECS events (the streaming pipeline
-calls it inside ``foreachBatch`` with the :class:`~enrich.reference_data.ReferenceData` current for that
-micro-batch; batch code calls it the same way). Everything is Spark SQL: left joins against broadcast
-reference tables, no Python UDF, so it runs on executors at Spark speed.
+:func:`enrich_static` is a plain DataFrame -> DataFrame function over ``events`` rows (contract v2: the core
+columns of :mod:`ingest.events_contract`; the streaming pipeline calls it inside ``foreachBatch`` with the
+:class:`~enrich.reference_data.ReferenceData` current for that micro-batch; batch code calls it the same way).
+Everything is Spark SQL: left joins against broadcast reference tables, no Python UDF, so it runs on executors at
+Spark speed.
 
 Each input row gives exactly one output row: every reference table is prepared with at most one row per
 join key (see :mod:`enrich.reference_data`), and the networks are non-overlapping ranges, each labelled
-with its most specific network. Input columns are kept as they are; the fields below are added:
+with its most specific network. Input columns are kept as they are; what is added is exactly
+:data:`ingest.events_contract.ENRICHMENT_FIELDS`, with the contract's types and nesting:
 
 * ``source.geo.{country_iso_code,name}``, ``destination.geo.{…}`` — the network's country and site;
 * ``network.direction`` — ECS ``inbound|outbound|internal|external`` from the networks' ``internal`` flag;
 * ``nightjar.{source_zone, destination_zone, asset{…}, user{…}}`` — Nightjar's own context;
 * ``threat.indicator.{type, value, description, provider, first_seen, matched_field}`` — the first IOC
   match in :data:`IOC_FIELDS` order.
+
+A struct that enrichment builds is null when all its leaves are (``threat`` is null when nothing matched).
 """
 
 from __future__ import annotations
 
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -35,24 +40,17 @@ from enrich.reference_data import (
     RANGE_START,
     ReferenceData,
 )
+from ingest.events_contract import ENRICHMENT_FIELDS
 
-# Output field names (ECS where ECS has one, Nightjar's own under NIGHTJAR).
-GEO = "geo"
-GEO_COUNTRY = "country_iso_code"
-GEO_NAME = "name"  # ECS geo.name: "user-defined description of a location" — the site
-NETWORK = "network"
-DIRECTION = "direction"
+ENRICHMENT_TYPES: dict[str, str] = {f.path: f.type for f in ENRICHMENT_FIELDS}
+
+# The paths of the values come from ENRICHMENT_FIELDS; these name the joins' payloads.
 DIRECTION_INBOUND, DIRECTION_OUTBOUND = "inbound", "outbound"
 DIRECTION_INTERNAL, DIRECTION_EXTERNAL = "internal", "external"
-NIGHTJAR = "nightjar"
-SOURCE_ZONE = "source_zone"
-DESTINATION_ZONE = "destination_zone"
 ASSET = "asset"
 ASSET_FIELDS: tuple[str, ...] = ("host", "owner", "role", "criticality", "zone", "authorized_scanner")
 USER = "user"
 USER_FIELDS: tuple[str, ...] = ("department", "is_admin", "country")
-THREAT = "threat"
-INDICATOR = "indicator"
 MATCHED_FIELD = "matched_field"
 # threat.indicator field -> iocs column
 INDICATOR_FIELDS: dict[str, str] = {
@@ -100,27 +98,44 @@ def _field(df: DataFrame, path: str) -> Column:
     return F.col(path)
 
 
-def _with_field(df: DataFrame, row: Column, column: str, name: str, value: Column) -> Column:
-    """Top-level struct ``column`` of ``df`` (read from ``row``, its packed copy) with ``name`` set to ``value``.
+def _tree(paths: list[str]) -> dict[str, Any]:
+    """Dotted paths nested as ECS nests them: ``{"source": {"geo": {"name": "source.geo.name"}}, ...}``."""
+    root: dict[str, Any] = {}
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = root
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = path
+    return root
+
+
+def _nested(node: dict[str, Any] | str, values: dict[str, Column]) -> Column:
+    """The value of a tree node: a leaf's column cast to its contract type, or a struct of its children that is
+    null when all of them are (the contract's convention: "all null => null")."""
+    if isinstance(node, str):
+        return values[node].cast(ENRICHMENT_TYPES[node])
+    children = {name: _nested(child, values) for name, child in node.items()}
+    present = reduce(lambda a, b: a | b, [c.isNotNull() for c in children.values()])
+    return F.when(present, F.struct(*[c.alias(n) for n, c in children.items()]))
+
+
+def _merged(df: DataFrame, row: Column, column: str, children: dict[str, Column]) -> Column:
+    """Input struct ``column`` (read from ``row``, its packed copy) with ``children`` set.
 
     ``Column.withField`` on a null struct gives null, which would drop a value computed for an event whose
-    struct is null (``network`` is null when a parser set no ``network.*`` field, yet it may have a direction); so a null struct becomes
-    a struct of nulls when, and only when, ``value`` is not null: "all null => null" stays true.
+    struct is null (``network`` is null when a parser set no ``network.*`` field, yet it may have a direction);
+    so a null struct becomes a struct of nulls when, and only when, a child is not null.
     """
-    if column not in df.columns:
-        return F.when(value.isNotNull(), F.struct(value.alias(name)))
-    current = row[column]
     typ = df.schema[column].dataType
     if not isinstance(typ, StructType):
         raise TypeError(f"column {column} is {typ.simpleString()}, not a struct")
+    present = reduce(lambda a, b: a | b, [c.isNotNull() for c in children.values()])
     empty = F.struct(*[F.lit(None).cast(f.dataType).alias(f.name) for f in typ.fields])
-    return F.coalesce(current, F.when(value.isNotNull(), empty)).withField(name, value)
-
-
-def _struct_or_null(fields: dict[str, Column]) -> Column:
-    """A struct of ``fields``, null when all of them are null (the ECS schema's convention)."""
-    present = reduce(lambda a, b: a | b, [c.isNotNull() for c in fields.values()])
-    return F.when(present, F.struct(*[c.alias(n) for n, c in fields.items()]))
+    merged = F.coalesce(row[column], F.when(present, empty))
+    for name, value in children.items():
+        merged = merged.withField(name, value)
+    return merged
 
 
 def _left_join(df: DataFrame, ref: DataFrame, key: str, ref_key: str, payload: dict[str, Column], prefix: str,
@@ -165,9 +180,9 @@ def enrich_static(events: DataFrame, ref: ReferenceData) -> DataFrame:
     clash = [c for c in events.columns if c.startswith(_TMP)]
     if clash:
         raise ValueError(f"input columns {clash} use the reserved prefix {_TMP}")
-    # The joins carry the input row as ONE struct column next to the join keys: with the ~300 ECS leaves as
-    # plain columns, every join step re-analyses and re-projects them all, which made a 10-row batch cost
-    # seconds of planning. Unpacked again in the final select.
+    # The joins carry the input row as ONE struct column next to the join keys, so that the eleven joins never
+    # re-analyse and re-project the row's leaves at each step (with the old 412-leaf row that cost seconds of
+    # planning per batch). Unpacked again in the final select.
     row = f"{_TMP}row"
     src_ip, dst_ip = _field(events, "source.ip"), _field(events, "destination.ip")
     host_name, hostname = _field(events, "host.name"), _field(events, "host.hostname")
@@ -213,18 +228,27 @@ def enrich_static(events: DataFrame, ref: ReferenceData) -> DataFrame:
         matches.append(F.when(found, F.struct(*[c.alias(n) for n, c in m.items()],
                                               F.when(found, F.lit(path)).alias(MATCHED_FIELD))))
 
-    source_geo = _struct_or_null({GEO_COUNTRY: src_net["country"], GEO_NAME: src_net["site"]})
-    destination_geo = _struct_or_null({GEO_COUNTRY: dst_net["country"], GEO_NAME: dst_net["site"]})
-    direction = _direction(F.col(f"{_TMP}src_ip"), F.col(f"{_TMP}dst_ip"), src_net["internal"],
-                           dst_net["internal"])
-    original = F.col(row)
-    added: dict[str, Column] = {
-        "source": _with_field(events, original, "source", GEO, source_geo),
-        "destination": _with_field(events, original, "destination", GEO, destination_geo),
-        NETWORK: _with_field(events, original, NETWORK, DIRECTION, direction),
-        NIGHTJAR: _struct_or_null({SOURCE_ZONE: src_net["zone"], DESTINATION_ZONE: dst_net["zone"],
-                                   ASSET: asset, USER: user[USER]}),
-        THREAT: _with_field(events, original, THREAT, INDICATOR, F.coalesce(*matches)),
+    asset_leaves = {f"nightjar.asset.{f}": asset[f] for f in ASSET_FIELDS}
+    user_leaves = {f"nightjar.user.{f}": user[USER][f] for f in USER_FIELDS}
+    indicator = F.coalesce(*matches)
+    values: dict[str, Column] = {
+        "source.geo.country_iso_code": src_net["country"], "source.geo.name": src_net["site"],
+        "destination.geo.country_iso_code": dst_net["country"], "destination.geo.name": dst_net["site"],
+        "network.direction": _direction(F.col(f"{_TMP}src_ip"), F.col(f"{_TMP}dst_ip"), src_net["internal"],
+                                        dst_net["internal"]),
+        "nightjar.source_zone": src_net["zone"], "nightjar.destination_zone": dst_net["zone"],
+        **asset_leaves, **user_leaves,
+        **{f"threat.indicator.{n}": indicator[n] for n in (*INDICATOR_FIELDS, MATCHED_FIELD)},
     }
+    if set(values) != set(ENRICHMENT_TYPES):  # the contract and this join must name the same fields
+        raise AssertionError(f"enrichment fields differ from ENRICHMENT_FIELDS: "
+                             f"{sorted(set(values) ^ set(ENRICHMENT_TYPES))}")
+    original = F.col(row)
+    added: dict[str, Column] = {}
+    for column, node in _tree([f.path for f in ENRICHMENT_FIELDS]).items():
+        if column in events.columns:
+            added[column] = _merged(events, original, column, {n: _nested(c, values) for n, c in node.items()})
+        else:
+            added[column] = _nested(node, values)
     out = [added.pop(c).alias(c) if c in added else original[c].alias(c) for c in events.columns]
     return df.select(*out, *[col.alias(name) for name, col in added.items()])

@@ -138,6 +138,8 @@ ENRICHMENT_FIELDS: tuple[CoreField, ...] = _fields(
     ("threat.indicator.type", "string", "Kind of the matched indicator (ip, domain)."),
     ("threat.indicator.value", "string", "The matched indicator."),
     ("threat.indicator.description", "string", "What the indicator stands for."),
+    ("threat.indicator.provider", "string", "Who published the indicator (the iocs table's source)."),
+    ("threat.indicator.first_seen", "timestamp", "When the indicator was first seen (the iocs table's first_seen)."),
     ("threat.indicator.matched_field", "string", "The event field that matched."),
 )
 

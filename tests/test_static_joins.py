@@ -87,8 +87,8 @@ def write_reference(lake, names=tuple(REFERENCE)) -> None:
 
 
 def events(spark, names=tuple(LINES)):
+    from ingest.arrow_parse import events_of, parse_bronze
     from ingest.file_source import lines_dataframe
-    from ingest.arrow_parse import parse_bronze, events_of
 
     return events_of(parse_bronze(lines_dataframe(spark, [LINES[n] for n in names], ingested_at=INGESTED)))
 
@@ -149,8 +149,8 @@ def test_direction_is_added_to_a_null_network_struct(spark, tmp_path):
     # An event whose parser set no network.* field has network = null; it still gets a direction.
     ev = ev.withColumn("network", F.lit(None).cast(ev.schema["network"].dataType))
     r = by_name(enrich_static(ev, ReferenceCache(spark, tmp_path).current()))["inbound"]
-    assert r["network"] == {"transport": None, "protocol": None, "type": None, "bytes": None, "packets": None,
-                            "community_id": None, "direction": "inbound"}
+    assert r["network"] == {"transport": None, "protocol": None, "type": None, "bytes": None, "community_id": None,
+                            "direction": "inbound"}
 
 
 def test_parsed_network_fields_are_kept_beside_the_direction(enriched):
@@ -284,3 +284,41 @@ def test_ipv4_to_long(spark):
     df = spark.createDataFrame([(v,) for v in values], "ip string")
     got = [r[0] for r in df.select(ipv4_to_long(F.col("ip"))).collect()]
     assert got == [169084167, 4294967295, 0, None, None, None, None, None]
+
+
+def _leaves(typ, prefix: str = "") -> dict[str, str]:
+    """Dotted path -> Spark type (simpleString) of every leaf of a schema (structs descended into)."""
+    from pyspark.sql.types import StructType
+
+    if not isinstance(typ, StructType):
+        return {prefix: typ.simpleString()}
+    out: dict[str, str] = {}
+    for f in typ.fields:
+        out.update(_leaves(f.dataType, f"{prefix}.{f.name}" if prefix else f.name))
+    return out
+
+
+def test_enrichment_adds_exactly_the_contracts_enrichment_fields_with_their_types(spark, enriched, tmp_path):
+    """What enrich_static adds is ENRICHMENT_FIELDS, no more and no less, typed and nested as the contract says;
+    and the rows' values come out under those paths (provider and first_seen of the matched indicator included)."""
+    from ingest.events_contract import ENRICHMENT_FIELDS
+
+    before = _leaves(events(spark).schema)
+    after = _leaves(enrich_static(events(spark), ReferenceCache(spark, tmp_path).current()).schema)
+    added = {p: t for p, t in after.items() if p not in before}
+    assert added == {f.path: f.type for f in ENRICHMENT_FIELDS}
+    assert {p: after[p] for p in before} == before  # input leaves unchanged
+    assert get(enriched["out_to_ioc_ip"], "threat.indicator.provider") == "abuse.ch"
+
+
+def test_the_rules_events_schema_holds_every_core_and_enrichment_path_with_its_contract_type(spark):
+    """``alerts.detection_input.events_schema`` (what rules compile against) is the contract: every core and
+    enrichment path at its place with its type, plus the event-time column."""
+    from alerts.detection_input import events_schema
+    from ingest.arrow_parse import EVENT_TIME_COLUMN
+    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS
+
+    got = _leaves(events_schema(spark))
+    want = {f.path: f.type for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS)}
+    assert {p: got.get(p) for p in want} == want
+    assert set(got) - set(want) == {EVENT_TIME_COLUMN}
