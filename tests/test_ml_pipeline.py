@@ -148,14 +148,13 @@ def test_batch_and_stream_give_the_same_features_and_the_same_ml_alerts(spark, e
     The stream reads only the features' INPUT_COLUMNS, as the scoring query does, and the batch the whole table: a
     column the features use but the list lacks fails the stream's analysis, a leaf read wrongly changes a feature."""
     from alerts.backtest import read_events
-    from alerts.detection_input import detection_input
+    from alerts.detection_input import detection_input, events_schema
     from alerts.detection_stream import events_stream
-    from alerts.detection_input import events_schema
     from alerts.ml.features import INPUT_COLUMNS
     from alerts.ml.ml_command import score_window
     from core.config import DEFAULT_ML_WATERMARK, Settings
-    from ingest.delta_sink import write_batch
     from ingest.arrow_parse import EVENT_TIME_COLUMN
+    from ingest.delta_sink import write_batch
 
     lake = tmp_path / "lake"
     seen: list[pd.DataFrame] = []

@@ -19,7 +19,7 @@ Why host and user, over the last three hours, every hour (sliding windows of :da
 
 :func:`entity_features` is plain Spark SQL over the ``events`` schema and contains no stateful or driver-side
 step, so the same function runs over a static ``events`` DataFrame (training, ``nightjar ml evaluate``) and over
-the streaming ``events`` (the scoring query, with a watermark on :data:`~ingest.normalize.EVENT_TIME_COLUMN`):
+the streaming ``events`` (the scoring query, with a watermark on :data:`~ingest.arrow_parse.EVENT_TIME_COLUMN`):
 batch and stream give the same rows for the same events (tests/test_ml_features.py).
 
 Besides counts the rows carry small *sets* (internal admin-port peers, destination countries, login machines,
@@ -57,8 +57,9 @@ COUNT_FEATURES: tuple[str, ...] = (
 SET_INPUTS: dict[str, str] = {"peers": "peer", "countries": "country", "login_machines": "login_machine",
                               "login_hosts": "login_host", "domains": "domain"}
 SET_FEATURES: tuple[str, ...] = tuple(SET_INPUTS)
-# Every events column the features read (dotted ECS paths), plus what detection_input needs (the times): the
-# scoring query reads only these of the table's ~430 leaves. A test runs entity_features over exactly these.
+# Every events column the features read (dotted paths: core columns of the events contract and enrichment columns;
+# nothing of ``detail``), plus what detection_input needs (the times): the scoring query reads only these, not
+# event.original or detail, most of a row's bytes. A test runs entity_features over exactly these.
 INPUT_COLUMNS: tuple[str, ...] = (
     "@timestamp", "event.ingested", "event.id", "event.dataset", "event.action", "event.outcome",
     "network.direction", "source.ip", "source.bytes", "destination.ip", "destination.port", "destination.bytes",

@@ -1,7 +1,7 @@
 """Generated log files -> an ``events`` DataFrame in batch, through the stream's own transformations.
 
 Training and evaluation need days of history; pushing two simulated days through Kafka and the live pipeline
-takes hours on a two-core machine. The same parse (``ingest.normalize``), DHCP attribution
+takes hours on a two-core machine. The same parse (``ingest.arrow_parse.parse_bronze``), DHCP attribution
 (``enrich.dhcp_sessions.attribute_batch``, the stream operator's per-key code) and reference joins
 (``enrich.static_joins``) run here over the generator's ``--out`` files instead, so the events are the ones the
 pipeline would have written (same columns, same host attribution), only without the Kafka hop.
@@ -25,8 +25,8 @@ from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.dhcp_sessions import attribute_batch, events_from
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
-from ingest.file_source import BRONZE_ARROW_SCHEMA, FILE_TOPIC, read_lines
 from ingest.arrow_parse import SOURCE_FILE_HEADER, parse_bronze
+from ingest.file_source import BRONZE_ARROW_SCHEMA, FILE_TOPIC, read_lines
 
 LOG_FILES = ("syslog.log", "zeek.log")
 BRONZE_CACHE = "bronze.parquet"  # directory beside the logs: the lines as bronze rows, for Spark to read in splits

@@ -28,9 +28,8 @@ from typing import Any
 import pandas as pd
 
 from alerts.alert_builder import RuleMeta
-from alerts.detection_input import detection_input
+from alerts.detection_input import detection_input, events_schema
 from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_stream
-from alerts.detection_input import events_schema
 from alerts.ml import behaviour_model, domain_model
 from alerts.ml.features import INPUT_COLUMNS, entity_features
 from alerts.ml.model_store import ModelTracker, versions
@@ -218,8 +217,8 @@ def start_ml_scoring(spark, settings: Settings, trigger: Trigger, health=None):
         if published:
             log.info("%s batch %d: %d ML alert revision(s)", QUERY_ML, batch_id, len(published))
 
-    # Only the features' columns are read (INPUT_COLUMNS: ~20 of the table's ~430 leaves; event.original alone is
-    # most of a row's bytes): the query's batches cost mostly reading, and they share the cores with the rules.
+    # Only the features' columns are read (INPUT_COLUMNS: ~20 core and enrichment leaves; event.original and detail
+    # are most of a row's bytes): the query's batches cost mostly reading, and they share the cores with the rules.
     events = detection_input(events_stream(spark, settings, events_schema(spark), settings.checkpoint(QUERY_ML),
                                            columns=INPUT_COLUMNS), observe_as=QUERY_ML)
     events = events.withWatermark(EVENT_TIME_COLUMN, DEFAULT_ML_WATERMARK)
