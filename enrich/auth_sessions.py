@@ -20,6 +20,10 @@ other side can match it, and a login whose flow never arrives is emitted *unmatc
 watermark passes ``login time + range`` — it is never lost and never emitted twice. The state bound is in
 docs/enrichment.md.
 
+The fields a source keeps in its own ``detail`` (sshd's ``system.auth.ssh.method``, a 4624's logon type and
+``AuthenticationPackageName``, Zeek's ``uid``, ssh's ``auth_success``/``client``/``server``) are read through
+:func:`ingest.field_resolver.column` by the names docs/fields.md gives them; the rest are core columns.
+
 Plain functions: :func:`auth_sessions_stream` (streaming ``events`` -> streaming sessions), :func:`auth_sessions_batch`
 (history: the same joins over a static ``events``), and :func:`start_auth_sessions`, the small streaming query the
 pipeline supervisor runs (``events`` through the Delta streaming source, exactly-once Delta sink).
@@ -39,6 +43,7 @@ from core.lake import is_delta_table
 from core.spark_session import PoolCheck, scheduler_pool
 from core.triggers import QUERY_AUTH_SESSIONS, Trigger
 from ingest.delta_sink import write_batch
+from ingest.field_resolver import column
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +55,21 @@ SSH_PORT = 22
 SERVICE_PORTS: dict[str, tuple[int, ...]] = {"ssh": (SSH_PORT,), "smb": (445,), "rdp": (3389,)}
 # Windows logon types (winlog.logon.type, Elastic's names) that arrive over the network, and their service.
 WINDOWS_NETWORK_LOGONS = {"Network": "smb", "RemoteInteractive": "rdp"}
-
+SSH_DATASET, WINDOWS_DATASET = "system.auth", "windows.security"
 
 
 def _logins(events: DataFrame) -> DataFrame:
     """Successful sshd logins (``Accepted …``: the only sshd line that is one per connection) and Windows network
     logons (4624 of type Network / RemoteInteractive with a client port: one per SMB or RDP connection)."""
-    is_ssh = (F.col("event.dataset") == F.lit("system.auth")) & (F.col("event.action") == F.lit("ssh_login"))
-    logon_type = F.col("winlog.logon.type")
-    is_windows = ((F.col("event.dataset") == F.lit("windows.security")) & (F.col("event.code") == F.lit("4624"))
+    is_ssh = (F.col("event.dataset") == F.lit(SSH_DATASET)) & (F.col("event.action") == F.lit("ssh_login"))
+    logon_type = column("winlog.logon.type", [WINDOWS_DATASET])
+    is_windows = ((F.col("event.dataset") == F.lit(WINDOWS_DATASET)) & (F.col("event.code") == F.lit("4624"))
                   & logon_type.isin(*WINDOWS_NETWORK_LOGONS) & (F.col("source.port") > F.lit(0)))
     service = F.when(is_ssh, F.lit("ssh"))
     for name, svc in WINDOWS_NETWORK_LOGONS.items():
         service = service.when(logon_type == F.lit(name), F.lit(svc))
-    method = F.when(is_ssh, F.col("system.auth.ssh.method")).otherwise(
-        F.lower(F.try_element_at(F.col("winlog.event_data"), F.lit("AuthenticationPackageName"))))
+    method = F.when(is_ssh, column("system.auth.ssh.method", [SSH_DATASET])).otherwise(
+        F.lower(column("AuthenticationPackageName", [WINDOWS_DATASET])))
     return (events
             .where((is_ssh | is_windows) & (F.col("event.outcome") == F.lit("success"))
                    & F.col("source.ip").isNotNull() & F.col("source.port").isNotNull()
@@ -95,8 +100,9 @@ def _zeek(events: DataFrame, path: str, prefix: str, extra: dict[str, Column], s
 
 
 def _conns(events: DataFrame) -> DataFrame:
+    ds = ["zeek.conn"]
     return _zeek(events, "conn", "c", {
-        "c_uid": F.col("zeek.session_id"),
+        "c_uid": column("uid", ds),
         "c_duration_s": F.col("event.duration") / F.lit(1e9),
         "c_bytes_out": F.col("source.bytes"), "c_bytes_in": F.col("destination.bytes"),
         "c_community_id": F.col("network.community_id"),
@@ -104,9 +110,10 @@ def _conns(events: DataFrame) -> DataFrame:
 
 
 def _sshs(events: DataFrame) -> DataFrame:
+    ds = ["zeek.ssh"]
     return _zeek(events, "ssh", "s", {
-        "s_uid": F.col("zeek.session_id"), "s_auth_success": F.col("zeek.ssh.auth_success"),
-        "s_client": F.col("zeek.ssh.client"), "s_server": F.col("zeek.ssh.server"),
+        "s_uid": column("uid", ds), "s_auth_success": column("auth_success", ds),
+        "s_client": column("client", ds), "s_server": column("server", ds),
     }, ("ssh",))
 
 

@@ -116,8 +116,8 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
         spark, own_broker, tmp_path, caplog):
     import logging
 
-    from alerts.detection_stream import events_stream
     from alerts.detection_input import events_schema
+    from alerts.detection_stream import events_stream
     from core.triggers import QUERY_AUTH_SESSIONS, QUERY_INGEST, Trigger
     from enrich.auth_sessions import start_auth_sessions
     from nightjar.pipeline import run_pipeline
@@ -224,8 +224,8 @@ def test_every_login_is_joined_to_its_flow_once_unmatched_logins_follow_the_wate
 @pytest.mark.slow
 def test_the_batch_join_over_history_gives_the_same_sessions(spark):
     from enrich.auth_sessions import auth_sessions_batch
+    from ingest.arrow_parse import events_of, parse_bronze
     from ingest.file_source import lines_dataframe
-    from ingest.arrow_parse import parse_bronze, events_of
 
     records = [login(T0 + 11, BASTION, "alice", "73.15.1.2", 50001),
                *flow(T0 + 10, "CAlice0000000001", "73.15.1.2", 50001, BASTION_IP, duration=300.5, out=4100,
