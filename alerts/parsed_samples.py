@@ -19,8 +19,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.python_rules import enrich_parsed
-from ingest.file_source import records_table
 from ingest.arrow_parse import parse_bronze, quarantine_of
+from ingest.file_source import records_table
 
 
 class ParsedSamples:
