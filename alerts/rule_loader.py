@@ -20,6 +20,10 @@ custom attributes)::
 
 A base rule that a correlation references alerts on its own only if the correlation says ``generate: true``
 (Sigma's semantics) or its own ``nightjar`` block says ``alert: true``.
+
+A Sigma rule's ``logsource`` decides which events it reads (:mod:`alerts.logsource_map`): its fields, its entity
+field and a correlation's group-by fields resolve within those datasets (:mod:`ingest.field_resolver`), and the
+rule matches only their events; a logsource no dataset serves is a RuleError, not a rule run over everything.
 """
 
 from __future__ import annotations
