@@ -297,7 +297,9 @@ def resolve_field(rule: Any, sigma_field: str, schema: StructType,
                                f"table and not a field of {scope} (see docs/fields.md){hint}") from e
     reads = [(place, *_place_sql(rule, sigma_field, place, schema)) for place in resolved.places]
     first = resolved.places[0]
-    if len(reads) == 1 and first.datasets is None:
+    # One place: read it directly when it holds for every event, or for every dataset in scope (a scoped rule
+    # only sees those datasets' events).
+    if len(reads) == 1 and (first.datasets is None or (datasets is not None and set(first.datasets) >= set(datasets))):
         _, sql, typ = reads[0]
         return ResolvedField(sigma_field, first.core or f"{DETAIL}.{first.detail_key}", sql, typ)
     types = {typ.simpleString() for _, _, typ in reads}
@@ -546,9 +548,7 @@ class _Compiler:
                         f"of type {_type_name(typ)}")
 
     def _timestamp_part(self, expr: str, typ: DataType, value: SigmaTimestampPart, ctx: _Context) -> str:
-        if isinstance(typ, StringType):  # a detail timestamp: ISO 8601 text
-            expr = f"try_cast({expr} AS TIMESTAMP)"
-        elif not isinstance(typ, TimestampType | TimestampNTZType | DateType):
+        if not isinstance(typ, TimestampType | TimestampNTZType | DateType):
             raise self.fail(f"modifier '{value.timestamp_part.name.lower()}' needs a timestamp field, "
                             f"'{ctx.sigma_field}' is {_type_name(typ)}")
         return f"{_TIMESTAMP_PARTS[value.timestamp_part]}({expr}) = {int(value.number)}"

@@ -480,7 +480,7 @@ def test_wide_before_base64_is_supported(events):
     (sel("network.bytes: true"), "boolean true cannot match field 'network.bytes'"),
     (sel("'@timestamp|gt': 5"), "numeric comparison cannot apply to field '@timestamp'"),
     (sel("user.name|hour: 5"), "needs a timestamp field"),
-    (sel("source: 10.0.0.1"), "unknown field 'source'"),
+    (sel("threat.indicator: x"), "unknown field 'threat.indicator'"),  # a struct, not a field
     (sel("conn_stat: SF"), "unknown field 'conn_stat'"),
     (sel("user.name|fieldref: related.ip"), "fieldref to 'related.ip'"),
     (sel("user.name|re: '(?P<n>x)'"), "(?P"),
