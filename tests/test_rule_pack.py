@@ -142,3 +142,19 @@ def test_fields_resolve_per_logsource_and_unknown_ones_name_file_rule_and_field(
         "group_typo.yml"]
     for e in errors:
         assert str(tmp_path) in str(e)
+
+
+@pytest.mark.slow
+def test_windows_new_admin_account_groups_on_the_sid_the_old_wide_field_held(spark, pack):
+    """user.target.id was a column of the wide contract; in v2 it is a key of detail for windows.security. The
+    correlation still groups the creation and the admin-group event on the new account's SID."""
+    from alerts.rules_test import expand, sample_events
+
+    rule = pack["windows_new_admin_account"]
+    events, bad = sample_events(spark, expand(rule.samples.positive), rule.samples.reference)
+    assert bad == 0
+    candidates = [r.asDict(recursive=True) for r in rule.detect(events).collect()]  # one per sliding window
+    assert candidates
+    assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {
+        ("user", "S-1-5-21-3623811015-3361044348-30300820-1190")}
+    assert {c["detail"] for c in candidates} == {"windows_user_created and windows_admin_group_member_added"}
