@@ -22,8 +22,7 @@ from pyspark.sql import functions as F
 
 from alerts.alert_builder import AlertBuilder
 from alerts.alert_schema import ALERT_SCHEMA
-from alerts.detection_input import detection_input
-from alerts.detection_input import events_schema
+from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
 from core.durations import parse_time

@@ -17,9 +17,9 @@ Why this shape (details and examples in docs/correlations.md):
   window and is detected; events spread over more than ``T - s`` (up to ``T``) may straddle every window and be
   missed; events spread over ``T`` or more never count together. Overlapping windows raise several
   candidates for one burst; the alert builder merges them (suppression) — they are expected.
-* **Event time is ``_event_time``** (:data:`ingest.normalize.EVENT_TIME_COLUMN`), whatever the caller put there
-  (``ingest.normalize`` clamps ``@timestamp`` near ingest time; ``alerts.detection_input`` uses ``@timestamp``
-  minus future-dated events), so one host with a wrong clock cannot push the watermark ahead. A streaming input
+* **Event time is ``_event_time``** (:data:`ingest.arrow_parse.EVENT_TIME_COLUMN`), whatever the caller put there
+  (``alerts.detection_input`` uses ``@timestamp`` minus future-dated events), so one host with a wrong clock
+  cannot push the watermark ahead. A streaming input
   gets ``withWatermark(_event_time, watermark)`` unless ``_event_time`` is already watermarked upstream (Spark
   forbids redefining a watermark; the upstream one is kept). Events within the watermark are counted; events
   behind it are dropped — Spark filters input by the previous micro-batch's watermark, so in the one batch
@@ -39,7 +39,9 @@ Why this shape (details and examples in docs/correlations.md):
   list of every event.
 
 The single-event predicates of the referenced base rules come in as Spark SQL strings (the Sigma -> SQL
-compiler, ``alerts/sigma_compiler.py``, writes them); this module never interprets Sigma detections itself.
+compiler, ``alerts/sigma_compiler.py``, writes them); this module never interprets Sigma detections itself. The
+group-by and condition fields resolve exactly as the Sigma compiler resolves a detection's fields
+(:func:`alerts.sigma_compiler.resolve_field`, over :mod:`ingest.field_resolver`), within the base rules' datasets.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ from sigma.correlations import (
 )
 
 from alerts.alert_schema import ENTITY_TYPES, MAX_EVIDENCE
+from alerts.sigma_compiler import RuleCompileError, resolve_field
 from alerts.window_aggregator import (
     GROUP,
     WATERMARK_METADATA_KEY,
@@ -245,6 +248,7 @@ class _Plan:
     extended: CorrelationConditionItem | SigmaRuleReference | None
     value_field: str | None
     percentile: int | None
+    datasets: tuple[str, ...] | None = None  # the events the base rules read (their logsources); None: all
 
     def fail(self, problem: str) -> CorrelationCompileError:
         return CorrelationCompileError(f"correlation rule {self.label}: {problem}")
@@ -298,7 +302,8 @@ def _check_extended(node: CorrelationConditionItem | SigmaRuleReference, label: 
 
 
 def _plan(corr: SigmaCorrelationRule, base_predicates: Mapping[str, str], entity_type: str,
-          entity_field: str | None, watermark: str, slide_fraction: int) -> _Plan:
+          entity_field: str | None, watermark: str, slide_fraction: int,
+          datasets: Sequence[str] | None = None) -> _Plan:
     label = _label(corr)
 
     def fail(problem: str) -> CorrelationCompileError:
@@ -358,7 +363,8 @@ def _plan(corr: SigmaCorrelationRule, base_predicates: Mapping[str, str], entity
                  group_by=group_by, group_fields=_group_fields(corr, refs, label), entity_type=entity_type,
                  entity_index=group_by.index(entity_field), window=window, slide=slide,
                  watermark=watermark.strip(), op=op, threshold=threshold, extended=extended,
-                 value_field=value_field, percentile=percentile)
+                 value_field=value_field, percentile=percentile,
+                 datasets=None if datasets is None else tuple(sorted(set(datasets))))
 
 
 # ------------------------------------------------------------------------------------------------ compile
@@ -371,6 +377,7 @@ def compile_correlation(
     entity_field: str | None = None,
     watermark: str = "10 minutes",
     slide_fraction: int = 5,
+    datasets: Sequence[str] | None = None,
 ) -> Callable[[DataFrame], DataFrame]:
     """Compile ``corr`` into ``events -> candidates`` (:data:`CANDIDATE_SCHEMA`), for static and streaming input.
 
@@ -380,16 +387,17 @@ def compile_correlation(
     ``timespan / slide_fraction`` (1 = tumbling); a streaming input is watermarked by ``watermark`` on
     ``_event_time``. Raises :class:`CorrelationCompileError` for an unsupported type or condition, a missing
     group-by or condition field, or an unknown referenced rule; applying the result raises it too when the
-    events lack a field the rule reads or a predicate does not resolve against them.
+    events lack a field the rule reads or a predicate does not resolve against them. ``datasets``: the datasets
+    the base rules read (their logsources); the group-by and condition fields resolve within them (all when None).
 
     The function runs the rule alone through the shared aggregation (:mod:`alerts.window_aggregator`);
     :func:`correlation_rule` gives the :class:`~alerts.window_aggregator.WindowedRule` the pipeline runs together
     with every other windowed rule, so both give the same candidates.
     """
-    plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction)
+    plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction, datasets)
 
     def correlate(events: DataFrame) -> DataFrame:
-        rule = _windowed(plan, events.schema, list(events.columns), plan.rule_id)
+        rule = _windowed(plan, events.schema, plan.rule_id)
         return run_windowed(_watermarked(plan, events), [rule])
 
     correlate.__name__ = f"correlate_{plan.rule_id}"
@@ -399,10 +407,10 @@ def compile_correlation(
 
 def correlation_rule(corr: SigmaCorrelationRule, base_predicates: Mapping[str, str], entity_type: str,
                      schema: StructType, key: str, entity_field: str | None = None, watermark: str = "10 minutes",
-                     slide_fraction: int = 5) -> WindowedRule:
+                     slide_fraction: int = 5, datasets: Sequence[str] | None = None) -> WindowedRule:
     """``corr`` as a :class:`~alerts.window_aggregator.WindowedRule` over events of ``schema`` (state key ``key``)."""
-    plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction)
-    return _windowed(plan, schema, list(schema.fieldNames()), key)
+    plan = _plan(corr, base_predicates, entity_type, entity_field, watermark, slide_fraction, datasets)
+    return _windowed(plan, schema, key)
 
 
 def _watermarked(plan: _Plan, events: DataFrame) -> DataFrame:
@@ -420,35 +428,6 @@ def _watermarked(plan: _Plan, events: DataFrame) -> DataFrame:
 # -------------------------------------------------------------------------------------------------- apply
 
 
-def _field_path(schema: StructType, columns: Sequence[str], path: str) -> tuple[str, DataType] | None:
-    """Quoted column path and type of ECS field ``path`` (``source.ip`` -> `source`.`ip`), or None if absent.
-
-    A flat column literally named ``path`` wins; otherwise the dots walk nested structs, trying the longest
-    field name first at each level so a field name that itself contains a dot still resolves.
-    """
-    if path in columns:
-        return f"`{path}`", schema[path].dataType
-    parts = path.split(".")
-
-    def walk(struct: StructType, i: int) -> tuple[list[str], DataType] | None:
-        for j in range(len(parts), i, -1):
-            name = ".".join(parts[i:j])
-            if name in struct.fieldNames():
-                dtype = struct[name].dataType
-                if j == len(parts):
-                    return [name], dtype
-                if isinstance(dtype, StructType):
-                    rest = walk(dtype, j)
-                    if rest is not None:
-                        return [name, *rest[0]], rest[1]
-        return None
-
-    found = walk(schema, 0)
-    if found is None:
-        return None
-    return ".".join(f"`{p.replace('`', '``')}`" for p in found[0]), found[1]
-
-
 def _number_text(col: Column, integral: bool) -> Column:
     if integral:
         return col.cast("bigint").cast("string")
@@ -456,14 +435,17 @@ def _number_text(col: Column, integral: bool) -> Column:
     return F.regexp_replace(F.regexp_replace(F.format_number(col, 3), ",", ""), r"\.?0+$", "")
 
 
-def _windowed(plan: _Plan, schema: StructType, columns: Sequence[str], key: str) -> WindowedRule:
+def _windowed(plan: _Plan, schema: StructType, key: str) -> WindowedRule:
     """The plan as a :class:`WindowedRule` over events of ``schema`` (fields resolved and predicates checked)."""
 
     def field(path: str) -> tuple[str, DataType]:
-        found = _field_path(schema, columns, path)
-        if found is None:
-            raise plan.fail(f"field {path!r} is not a column of the events")
-        return found
+        """SQL and type of ``path`` as the Sigma compiler reads it: one resolver for detections and correlations,
+        so a correlation grouped by ``User`` groups on what a detection on ``User`` matches."""
+        try:
+            found = resolve_field(None, path, schema, plan.datasets)
+        except RuleCompileError as e:
+            raise plan.fail(e.problem) from e
+        return found.sql, found.data_type
 
     for path in (TIMESTAMP_FIELD, EVENT_ID_FIELD):
         field(path)
@@ -474,18 +456,18 @@ def _windowed(plan: _Plan, schema: StructType, columns: Sequence[str], key: str)
     group = []
     for g, paths in enumerate(group_paths):
         if len(set(plan.group_fields[g])) == 1:
-            group.append(F.col(paths[0]).cast("string"))
+            group.append(F.expr(paths[0]).cast("string"))
         else:  # an alias: read the field of the first referenced rule the event matches
-            expr = F.when(hits[0], F.col(paths[0]).cast("string"))
+            expr = F.when(hits[0], F.expr(paths[0]).cast("string"))
             for i in range(1, len(paths)):
-                expr = expr.when(hits[i], F.col(paths[i]).cast("string"))
+                expr = expr.when(hits[i], F.expr(paths[i]).cast("string"))
             group.append(expr)
     value = amount = item = None
     if value_path is not None:
         if plan.type == T.VALUE_COUNT:
-            value = F.col(value_path).cast("string")
+            value = F.expr(value_path).cast("string")
         elif isinstance(value_type, ByteType | ShortType | IntegerType | LongType | DecimalType):
-            amount = F.col(value_path).cast("double")
+            amount = F.expr(value_path).cast("double")
         else:
             amount = F.expr(f"try_cast({value_path} AS double)")
         if plan.type in (T.VALUE_MEDIAN, T.VALUE_PERCENTILE):
@@ -495,7 +477,7 @@ def _windowed(plan: _Plan, schema: StructType, columns: Sequence[str], key: str)
         for i, h in enumerate(hits):
             bits = bits + F.when(h, F.lit(1 << i)).otherwise(F.lit(0))
         item = F.struct(F.unix_micros(F.col(f"`{TIMESTAMP_FIELD}`")).alias("t"),
-                        F.col(field(EVENT_ID_FIELD)[0]).cast("string").alias("id"), bits.alias("b"))
+                        F.expr(field(EVENT_ID_FIELD)[0]).cast("string").alias("id"), bits.alias("b"))
     integral = plan.type == T.VALUE_SUM and isinstance(value_type, ByteType | ShortType | IntegerType | LongType
                                                        | DecimalType)
     columns = PerContext(lambda: _finish_columns(plan, integral))  # built at the first batch, then reused

@@ -42,8 +42,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.alert_sink import publish_alerts
-from alerts.detection_input import detection_input
-from alerts.detection_input import events_schema
+from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
 from alerts.window_aggregator import RULE, aggregate, finish
 from core.checkpoints import batch_timestamp
@@ -52,9 +51,9 @@ from core.errors import short_batch_errors, summarize_query_error
 from core.lake import is_delta_table, table_dataset
 from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, session_conf
 from core.triggers import QUERY_WINDOWED, QUERY_WINDOWED_APPEND, Trigger
+from ingest.arrow_parse import EVENT_TIME_COLUMN
 from ingest.delta_sink import arrow_schema, ensure_table
 from ingest.delta_source import initial_offset_file, pruned_schema, read_delta_stream
-from ingest.arrow_parse import EVENT_TIME_COLUMN
 
 log = logging.getLogger(__name__)
 

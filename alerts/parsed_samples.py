@@ -2,9 +2,8 @@
 
 ``nightjar rules test`` runs each rule's positive and negative samples through parse -> DHCP attribution ->
 reference joins -> detect, each set on its own (a set's leases, reference rows and counts must not leak into
-another's). Parsing one set costs ~2.3 s on two cores whatever its size (planning the ~20 wide projections of
-``parse_bronze`` and materializing them), which was 80 of the built-in pack's 98 s. Parsing is per record, so
-all sets can share one parse: set *i* is bronze partition *i* (offsets 1..n within the set, so "line N" messages
+another's). Each parse is a Spark job with a fixed cost whatever its size (with the wide contract ~2.3 s on two
+cores, 80 of the built-in pack's 98 s). Parsing is per record, so all sets can share one parse: set *i* is bronze partition *i* (offsets 1..n within the set, so "line N" messages
 are the same as a set parsed alone), and each set's enrichment starts from its partition of the one parsed frame.
 Only the ``event.id`` values differ from a set parsed alone (the partition is part of the id); no rule test looks
 at them.
@@ -19,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.python_rules import enrich_parsed
-from ingest.file_source import records_table
 from ingest.arrow_parse import parse_bronze, quarantine_of
+from ingest.file_source import records_table
 
 
 class ParsedSamples:

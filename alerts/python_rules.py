@@ -27,7 +27,8 @@ samples exactly as the rule-test harness does: lines -> ``parse_bronze`` -> DHCP
 
 Contract of ``detect(events)``:
 
-* ``events``: enriched ECS events (static or streaming), as in the ``events`` table, materialized (read from the
+* ``events``: enriched events (static or streaming) of the events contract v2 (docs/events_contract.md), as in
+  the ``events`` table; read fields with :func:`field` (the resolver), never ``detail`` keys by hand; materialized (read from the
   table or checkpointed: a rule planned directly on top of the parse + enrichment plan exhausts the driver's
   heap in the optimizer). The caller may give them ``_event_time`` (:data:`EVENT_TIME`) and a watermark on it;
   :func:`with_event_time` keeps those, and otherwise derives the column from ``@timestamp`` and, for a
@@ -62,7 +63,8 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +79,8 @@ from enrich.dhcp_sessions import attribute_batch, events_from
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
-from ingest.file_source import lines_dataframe
 from ingest.arrow_parse import EVENT_TIME_COLUMN, parse_bronze, quarantine_of
+from ingest.file_source import lines_dataframe
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
 WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"  # Spark marks the watermarked column with this metadata
@@ -123,7 +125,7 @@ class Samples:
 
     positive: tuple[str, ...]
     negative: tuple[str, ...]
-    reference: Mapping[str, tuple[dict, ...]] = field(default_factory=dict)
+    reference: Mapping[str, tuple[dict, ...]] = dataclass_field(default_factory=dict)
     entity: str | None = None
     ingested_at: dt.datetime = DEFAULT_SAMPLE_INGESTED_AT
 
@@ -443,6 +445,18 @@ def _line_in(exc: BaseException, path: Path) -> int | None:
 
 
 # -- helpers for rule authors ----------------------------------------------------------------------------------
+def field(name: str, datasets: Iterable[str] | None = None) -> Column:
+    """A field of the events by name, for a Python rule: :func:`ingest.field_resolver.column`.
+
+    The same resolver the Sigma and correlation compilers use: a core column (``source.ip``) reads as itself, a
+    source's own field (``conn_state``, an old wide path such as ``zeek.connection.state``) as a typed read of
+    ``detail`` for ``datasets`` (every dataset when None); a name no source defines raises
+    :class:`ingest.field_resolver.UnknownField` when the rule's spec is built, i.e. when the rule is loaded."""
+    from ingest.field_resolver import column
+
+    return column(name, datasets)
+
+
 def with_event_time(events: DataFrame, delay: str = DEFAULT_WATERMARK_DELAY) -> DataFrame:
     """``events`` with :data:`EVENT_TIME` and, when streaming, a watermark on it.
 
@@ -469,9 +483,9 @@ class SampleResult:
     """What a rule did on its samples: the candidates of each run, unparsed lines, and the problems found."""
 
     rule_id: str
-    positive: list[dict] = field(default_factory=list)  # candidate rows of the positive lines
-    negative: list[dict] = field(default_factory=list)  # ... of the negative lines (should be none)
-    problems: list[str] = field(default_factory=list)
+    positive: list[dict] = dataclass_field(default_factory=list)  # candidate rows of the positive lines
+    negative: list[dict] = dataclass_field(default_factory=list)  # ... of the negative lines (should be none)
+    problems: list[str] = dataclass_field(default_factory=list)
 
     @property
     def passed(self) -> bool:

@@ -20,6 +20,10 @@ custom attributes)::
 
 A base rule that a correlation references alerts on its own only if the correlation says ``generate: true``
 (Sigma's semantics) or its own ``nightjar`` block says ``alert: true``.
+
+A Sigma rule's ``logsource`` decides which events it reads (:mod:`alerts.logsource_map`): its fields, its entity
+field and a correlation's group-by fields resolve within those datasets (:mod:`ingest.field_resolver`), and the
+rule matches only their events; a logsource no dataset serves is a RuleError, not a rule run over everything.
 """
 
 from __future__ import annotations
@@ -187,15 +191,15 @@ def _entity(nj: dict, default_field: str | None, file: Path, rule_id: str) -> tu
     return etype, field_name
 
 
-def column(path: str) -> Column:
-    """A nested ECS column by dotted path (``source.ip``; ``@timestamp`` needs its backticks)."""
-    return F.col(".".join(f"`{p}`" for p in path.split(".")))
+def single_event_candidates(matched: DataFrame, rule_id: str, entity_type: str,
+                            entity_field: str | Column) -> DataFrame:
+    """Every event that matched a single-event rule -> one candidate (window = the event's instant).
 
+    ``entity_field``: a field name (read through :func:`ingest.field_resolver.column`) or the Column to read."""
+    from ingest.field_resolver import column
 
-def single_event_candidates(matched: DataFrame, rule_id: str, entity_type: str, entity_field: str) -> DataFrame:
-    """Every event that matched a single-event rule -> one candidate (window = the event's instant)."""
     ts = F.col("`@timestamp`")
-    value = column(entity_field).cast("string")
+    value = (column(entity_field) if isinstance(entity_field, str) else entity_field).cast("string")
     host = F.coalesce(F.col("host.name"), F.col("host.hostname")) if "host" in matched.columns else F.lit(None)
     user = F.col("user.name") if "user" in matched.columns else F.lit(None)
     out = matched.where(value.isNotNull() & ts.isNotNull()).select(
@@ -236,7 +240,15 @@ def load_rules(paths: Iterable[Path], schema: StructType,
     from sigma.rule import SigmaRule
 
     from alerts.correlation_compiler import compile_correlation, correlation_rule, update_mode_safe
-    from alerts.sigma_compiler import compile_detection
+    from alerts.logsource_map import NotApplicable, logsource_datasets
+    from alerts.sigma_compiler import compile_detection, resolve_field
+
+    def datasets_of(rule: SigmaRule, file: Path) -> tuple[str, ...] | None:
+        """The datasets of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
+        try:
+            return logsource_datasets(rule.logsource)
+        except NotApplicable as exc:
+            raise RuleError(file, _rule_name(rule), str(exc)) from exc
 
     errors: list[RuleError] = []
     rules: list[Rule] = []
@@ -290,20 +302,24 @@ def load_rules(paths: Iterable[Path], schema: StructType,
                 raise RuleError(f, rid, f"references unknown rule(s) {', '.join(missing)}")
             predicates = {}
             digests = [digest]
+            scopes = []
             for r in refs:
                 b, bf, bd = base[r]
-                predicates[r] = compile_detection(b, schema)
+                scopes.append(datasets_of(b, bf))
+                predicates[r] = compile_detection(b, schema, scopes[-1])
                 digests.append(bd)
                 if not getattr(corr, "generate", False):
                     referenced_quiet.add(id(b))
             group_by = list(corr.group_by or [])
             etype, efield = _entity(nj, group_by[0] if group_by else None, f, rid)
             meta = _meta(corr, rid, nj, f, count_merge="max")
+            # Group-by fields resolve within the base rules' datasets together (every dataset if one is unscoped).
+            datasets = None if any(d is None for d in scopes) else sorted({x for d in scopes for x in d})
             detect = compile_correlation(corr, predicates, entity_type=etype, entity_field=efield,
-                                         watermark=correlation_watermark)
+                                         watermark=correlation_watermark, datasets=datasets)
             digest_all = _digest(*digests)
             windowed = correlation_rule(corr, predicates, etype, schema, key=f"{rid}@{digest_all}",
-                                        entity_field=efield, watermark=correlation_watermark)
+                                        entity_field=efield, watermark=correlation_watermark, datasets=datasets)
             rules.append(Rule(meta, "correlation", f, digest_all, etype, detect,
                               _samples(nj.get("samples"), f, rid), stateful=True,
                               description=str(getattr(corr, "description", "") or ""),
@@ -328,8 +344,10 @@ def load_rules(paths: Iterable[Path], schema: StructType,
                 raise RuleError(f, rid, "no entity: set nightjar.entity (e.g. {type: ip, field: source.ip})")
             etype, efield = _entity(nj, None, f, rid)
             meta = _meta(b, rid, nj, f, count_merge="sum")
-            predicate = compile_detection(b, schema)
-            rules.append(Rule(meta, "sigma", f, digest, etype, _single_event_detect(predicate, rid, etype, efield),
+            datasets = datasets_of(b, f)
+            predicate = compile_detection(b, schema, datasets)
+            entity_sql = resolve_field(b, efield, schema, datasets).sql
+            rules.append(Rule(meta, "sigma", f, digest, etype, _single_event_detect(predicate, rid, etype, entity_sql),
                               _samples(nj.get("samples"), f, rid), stateful=False,
                               description=str(getattr(b, "description", "") or "")))
         except RuleError as exc:
@@ -348,10 +366,10 @@ def load_rules(paths: Iterable[Path], schema: StructType,
     return unique, errors
 
 
-def _single_event_detect(predicate: str, rule_id: str, entity_type: str, entity_field: str
+def _single_event_detect(predicate: str, rule_id: str, entity_type: str, entity_sql: str
                          ) -> Callable[[DataFrame], DataFrame]:
     def detect(events: DataFrame) -> DataFrame:
-        return single_event_candidates(events.where(F.expr(predicate)), rule_id, entity_type, entity_field)
+        return single_event_candidates(events.where(F.expr(predicate)), rule_id, entity_type, F.expr(entity_sql))
 
     return detect
 

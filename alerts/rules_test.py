@@ -182,8 +182,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from alerts.detection_stream import read_rule_health
     from alerts.detection_input import events_schema
+    from alerts.detection_stream import read_rule_health
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from core.spark_session import build_spark
 

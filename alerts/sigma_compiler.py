@@ -16,13 +16,19 @@ Two properties every generated expression has:
 * it is two-valued: a missing (NULL) field makes a comparison false, never NULL, so ``not filter`` matches an
   event that lacks the filter's field (Sigma's meaning) and the result can be negated safely;
 * every value from the rule reaches the SQL text only through :func:`sql_string` (escaped quotes, backslashes,
-  control characters and ``${`` variable references), every field through :func:`sql_column` after it was
-  checked against the schema: a rule cannot inject SQL.
+  control characters and ``${`` variable references), every field through :func:`resolve_field` — the events
+  contract's resolver (:mod:`ingest.field_resolver`) places it, :func:`sql_column` quotes it: a rule cannot inject
+  SQL.
+
+Field names (ECS's, a source's own, Sigma's taxonomy) resolve through :mod:`ingest.field_resolver`, the one
+resolver the correlation compiler, Python rules and the dashboard use too: a core column reads typed, a source's
+own field (a key of ``detail``) reads as the text the log wrote.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -73,7 +79,10 @@ from sigma.types import (
     TimestampPart,
 )
 
-from alerts.field_mapping import ecs_path
+from ingest.events_contract import DETAIL
+from ingest.field_resolver import ALL_COLUMN_TYPES, SIGMA_TAXONOMY, Place, Resolved, UnknownField, resolve
+from ingest.sources import dataset_fields
+from ingest.sources import datasets as registry_datasets
 
 # Modifiers (Sigma names) this compiler implements. pySigma itself rejects names it does not know.
 SUPPORTED_MODIFIERS: frozenset[str] = frozenset({
@@ -176,9 +185,13 @@ def sql_column(path: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class ResolvedField:
-    """A Sigma field found in the schema: its ECS path, the SQL that reads it and its Spark type.
+    """A Sigma field as :mod:`ingest.field_resolver` placed it: the name the resolver found, the SQL that reads it
+    and its Spark type.
 
-    A path through an array of structs (``dns.answers.data``) reads as an array of the leaf type, as in Spark.
+    A core column reads as its schema says (a path through an array of structs reads as an array of the leaf
+    type, as in Spark). A key of ``detail`` reads as text — detail values are strings, and Sigma compares values
+    as the log wrote them — except a list, which reads as ``array<string>`` so that any element can match. A name
+    several datasets place differently reads through a ``CASE`` on ``event.dataset``.
     """
 
     sigma_field: str
@@ -197,12 +210,8 @@ def _field_paths(schema: StructType, prefix: str = "") -> Iterator[str]:
         yield f"{prefix}{f.name}"
 
 
-def resolve_field(rule: Any, sigma_field: str, schema: StructType) -> ResolvedField:
-    """Map ``sigma_field`` (:mod:`alerts.field_mapping`) and find it in ``schema``, else RuleCompileError.
-
-    ``rule`` is only used to name the rule in the error. Field names match exactly (ECS is lower case).
-    """
-    path = ecs_path(sigma_field)
+def _schema_path(schema: StructType, path: str) -> tuple[str, DataType] | None:
+    """The quoted SQL reference and Spark type of column ``path`` (dotted) in ``schema``, or None if absent."""
     segments = path.split(".")
     names: list[str] = []
     typ: DataType = schema
@@ -213,7 +222,7 @@ def resolve_field(rule: Any, sigma_field: str, schema: StructType) -> ResolvedFi
             typ = typ.elementType
             array_depth += 1
         if not isinstance(typ, StructType):
-            break
+            return None
         # Longest match first, so a field name that itself contains dots is found too.
         for j in range(len(segments), i, -1):
             name = ".".join(segments[i:j])
@@ -223,20 +232,97 @@ def resolve_field(rule: Any, sigma_field: str, schema: StructType) -> ResolvedFi
                 i = j
                 break
         else:
-            break
-    if i < len(segments):
-        mapped = f" (mapped to '{path}')" if path != sigma_field else ""
-        close = difflib.get_close_matches(path, list(_field_paths(schema)), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        problem = f"unknown field '{sigma_field}'{mapped}: not a column of the events table{hint}"
-        raise RuleCompileError(rule_label(rule), problem)
+            return None
     for _ in range(array_depth):
         typ = ArrayType(typ)
-    return ResolvedField(sigma_field, path, sql_column(tuple(names)), typ)
+    return sql_column(tuple(names)), typ
 
 
-def compile_detection(rule: SigmaRule, schema: StructType) -> str:
+def _place_sql(rule: Any, sigma_field: str, place: Place, schema: StructType) -> tuple[str, DataType]:
+    """SQL and type of one place the resolver gave: a core column checked against ``schema``, or detail text."""
+    if place.core is not None:
+        found = _schema_path(schema, place.core)
+        if found is None:
+            mapped = f" (resolved to '{place.core}')" if place.core != sigma_field else ""
+            raise RuleCompileError(rule_label(rule), f"unknown field '{sigma_field}'{mapped}: not a column of "
+                                   "the events table")
+        return found
+    if DETAIL not in schema.fieldNames():
+        raise RuleCompileError(rule_label(rule), f"field '{sigma_field}' is a detail key, and the events have no "
+                               f"'{DETAIL}' column")
+    text = f"{sql_column((DETAIL,))}[{sql_string(place.detail_key or '')}]"
+    if place.type.startswith("array<"):
+        return f"from_json({text}, 'array<string>')", ArrayType(StringType())
+    return text, StringType()
+
+
+@functools.cache
+def known_field_names() -> frozenset[str]:
+    """Every name some source defines: core and enrichment columns, Sigma's taxonomy, and each dataset's fields
+    and their aliases (``ingest/sources/*/fields.yml``).
+
+    The resolver takes any name as a key of an open dataset's detail (a Windows event's or a JSON payload's own
+    data cannot be listed), so over every dataset a typo would resolve and never match. A rule whose logsource
+    names no datasets may therefore only use names some source defines; a rule scoped to open datasets may name
+    their own data freely.
+    """
+    names = set(ALL_COLUMN_TYPES) | set(SIGMA_TAXONOMY)
+    for dataset in registry_datasets():
+        for fields in dataset_fields(dataset):
+            for f in fields.fields:
+                names.add(f.name)
+                names.update(f.aliases)
+    names.discard(DETAIL)
+    return frozenset(names)
+
+
+def resolve_field(rule: Any, sigma_field: str, schema: StructType,
+                  datasets: tuple[str, ...] | None = None) -> ResolvedField:
+    """Place ``sigma_field`` for events of ``datasets`` (all when None) with :func:`ingest.field_resolver.resolve`
+    and read it from ``schema``, else RuleCompileError naming the field.
+
+    ``rule`` is only used to name the rule in the error. The resolver knows ECS names, each source's own names
+    and their aliases, and Sigma's taxonomy (``User``, ``DestinationPort``), so a rule compiles and a correlation
+    groups by the same names (docs/fields.md lists them).
+    """
+    try:
+        if datasets is None and sigma_field not in known_field_names():
+            raise UnknownField(sigma_field, None)
+        resolved: Resolved = resolve(sigma_field, datasets)
+    except UnknownField as e:
+        close = difflib.get_close_matches(sigma_field, list(_field_paths(schema)), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        scope = f"datasets {', '.join(datasets)}" if datasets else "any source"
+        raise RuleCompileError(rule_label(rule), f"unknown field '{sigma_field}': not a core column of the events "
+                               f"table and not a field of {scope} (see docs/fields.md){hint}") from e
+    reads = [(place, *_place_sql(rule, sigma_field, place, schema)) for place in resolved.places]
+    first = resolved.places[0]
+    # One place: read it directly when it holds for every event, or for every dataset in scope (a scoped rule
+    # only sees those datasets' events).
+    if len(reads) == 1 and (first.datasets is None or (datasets is not None and set(first.datasets) >= set(datasets))):
+        _, sql, typ = reads[0]
+        return ResolvedField(sigma_field, first.core or f"{DETAIL}.{first.detail_key}", sql, typ)
+    types = {typ.simpleString() for _, _, typ in reads}
+    if len(types) > 1 and any(isinstance(typ, ArrayType) for _, _, typ in reads):
+        raise RuleCompileError(rule_label(rule), f"field '{sigma_field}' is a list for some datasets and a single "
+                               f"value for others ({'; '.join(p.describe() for p in resolved.places)}): "
+                               "narrow the rule's logsource")
+    typ = reads[0][2] if len(types) == 1 else StringType()
+    dataset = sql_column(("event", "dataset"))
+    branches = []
+    for place, sql, place_type in reads:
+        value = sql if len(types) == 1 or isinstance(place_type, StringType) else f"CAST({sql} AS STRING)"
+        quoted = ", ".join(sql_string(d) for d in place.datasets or ())
+        branches.append(f"WHEN {dataset} IN ({quoted}) THEN {value}" if place.datasets else f"WHEN true THEN {value}")
+    return ResolvedField(sigma_field, sigma_field, f"CASE {' '.join(branches)} END", typ)
+
+
+def compile_detection(rule: SigmaRule, schema: StructType, datasets: tuple[str, ...] | None = None) -> str:
     """The rule's detection as a Spark SQL boolean expression over a DataFrame with ``schema``.
+
+    Field names resolve for events of ``datasets`` (every dataset when None, see :func:`resolve_field`), and with
+    ``datasets`` the expression only matches their events (``event.dataset IN (...)`` first): the datasets of the
+    rule's logsource, :func:`alerts.logsource_map.logsource_datasets`.
 
     Use it as ``df.where(F.expr(sql))``. The expression is never NULL. Several ``condition`` entries are
     OR-ed (Sigma's meaning of a condition list). Raises :class:`RuleCompileError` for a rule pySigma
@@ -244,7 +330,7 @@ def compile_detection(rule: SigmaRule, schema: StructType) -> str:
     """
     if not isinstance(rule, SigmaRule):
         raise RuleCompileError(rule_label(rule), f"a {type(rule).__name__} is not a single-event Sigma rule")
-    return _Compiler(rule, schema).compile()
+    return _Compiler(rule, schema, datasets).compile()
 
 
 def _type_name(typ: DataType) -> str:
@@ -268,6 +354,7 @@ class _Context:
 class _Compiler:
     rule: SigmaRule
     schema: StructType
+    datasets: tuple[str, ...] | None = None
     _items: dict[int, SigmaDetectionItem] = field(default_factory=dict)
     _next_var: int = 0
 
@@ -291,6 +378,9 @@ class _Compiler:
                 raise self.fail(f"condition '{condition.condition}' selects nothing")
             parts.append(self._node(tree))
         body = parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+        if self.datasets is not None:
+            dataset = resolve_field(self.rule, "event.dataset", self.schema).sql
+            body = f"({dataset} IN ({', '.join(sql_string(d) for d in self.datasets)}) AND {body})"
         return f"coalesce({body}, false)"
 
     def _index(self, detection: SigmaDetection) -> None:
@@ -346,7 +436,7 @@ class _Compiler:
 
     def _field_value(self, sigma_field: str, value: SigmaType) -> str:
         ctx = self._context(value, sigma_field)
-        resolved = resolve_field(self.rule, sigma_field, self.schema)
+        resolved = resolve_field(self.rule, sigma_field, self.schema, self.datasets)
         if isinstance(value, SigmaExists):
             return self._presence(resolved, value.exists)
         if isinstance(value, SigmaNull):
@@ -485,7 +575,7 @@ class _Compiler:
         return f"(?{flags}){pattern}" if flags else pattern
 
     def _fieldref(self, expr: str, typ: DataType, value: SigmaFieldReference, ctx: _Context) -> str:
-        other = resolve_field(self.rule, value.field, self.schema)
+        other = resolve_field(self.rule, value.field, self.schema, self.datasets)
         if isinstance(other.data_type, ArrayType | StructType | MapType):
             raise self.fail(f"fieldref to '{value.field}' ({_type_name(other.data_type)}) is not supported: "
                             "only single-valued fields can be compared")
@@ -555,7 +645,7 @@ class _Compiler:
         column = next((c for c in KEYWORD_COLUMNS if _has_path(self.schema, c)), None)
         if column is None:
             raise self.fail(f"keyword detection needs one of the columns {', '.join(KEYWORD_COLUMNS)}")
-        resolved = resolve_field(self.rule, column, self.schema)
+        resolved = resolve_field(self.rule, column, self.schema, self.datasets)
         ctx = _Context(column, ctx.modifiers)
         return self._keyword_value(resolved.sql, value, ctx)
 

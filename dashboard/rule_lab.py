@@ -43,16 +43,49 @@ class DocReport:
 
 
 def events_schema(lake: Path | None):
-    """The Spark schema of the lake's ``events`` (enriched columns included), or the ECS schema without a lake."""
+    """The Spark schema of the lake's ``events`` (enriched columns included), or, without a lake, the events
+    contract's (core, enrichment and ``detail`` columns, :mod:`ingest.events_contract`), built without Spark."""
     if lake is not None and has_table(lake, TABLE_EVENTS):
         from pyspark.sql.pandas.types import from_arrow_schema
 
         from core.lake import table_dataset
 
         return from_arrow_schema(table_dataset(lake, TABLE_EVENTS).schema)
-    from ingest.ecs_schema import ECS_SCHEMA
+    return contract_schema()
 
-    return ECS_SCHEMA
+
+def contract_schema():
+    """The ``events`` columns the contract declares (core + enrichment), as a Spark StructType, with no session."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        DoubleType,
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS
+
+    types = {"string": StringType(), "int": IntegerType(), "bigint": LongType(), "double": DoubleType(),
+             "boolean": BooleanType(), "timestamp": TimestampType(), "array<string>": ArrayType(StringType()),
+             "map<string,string>": MapType(StringType(), StringType())}
+    tree: dict = {}
+    for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS):
+        parts = [f.path] if f.path.startswith("@") else f.path.split(".")
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = types[f.type.replace(" ", "")]
+
+    def struct(node: dict) -> StructType:
+        return StructType([StructField(k, struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
+
+    return struct(tree)
 
 
 def _pack_rule_names() -> set[str]:
@@ -76,11 +109,12 @@ def _one_line(exc: object) -> str:
 def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> list[DocReport]:
     """One report per YAML document of a Sigma rule file (a file-level problem gives a single report).
 
-    ``schema``: the events schema to compile against (:func:`events_schema`); enriched fields (``threat.*``,
-    ``nightjar.*``) are only known from a lake's ``events`` table."""
+    ``schema``: the events schema to compile against (:func:`events_schema`). A rule compiles as the loader
+    compiles it: fields resolved within its logsource's datasets, a logsource no dataset serves reported."""
     from sigma.correlations import SigmaCorrelationRule
     from sigma.rule import SigmaRule
 
+    from alerts.logsource_map import logsource_datasets
     from alerts.rule_loader import attack_tags
     from alerts.sigma_compiler import compile_detection
 
@@ -131,7 +165,7 @@ def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> 
                                     "or reference it from a correlation")
             if compile_predicates and item is not None and not rep.problems:
                 try:
-                    rep.predicate = compile_detection(item, schema)
+                    rep.predicate = compile_detection(item, schema, logsource_datasets(item.logsource))
                 except Exception as exc:
                     rep.problems.append(f"does not compile: {_one_line(exc)}")
         out.append(rep)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import (
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -30,6 +31,7 @@ from alerts.correlation_compiler import (
     update_mode_safe,
     window_durations,
 )
+from alerts.sigma_compiler import resolve_field
 
 
 def _struct(**fields) -> StructType:
@@ -383,7 +385,7 @@ correlation: {type: value_count, rules: [bruteforce], group-by: [host.name], tim
     events = spark.read.schema(SCHEMA).json(str(write_events(tmp_path / "e", "e.json", [ev(0)])))
     missing = correlation("unique_ports", "value_count", ["conn"], "{gte: 3, field: destination.service}",
                           ["source.ip"])
-    with pytest.raises(CorrelationCompileError, match=r"unique_ports: field 'destination.service' is not"):
+    with pytest.raises(CorrelationCompileError, match=r"unique_ports: unknown field 'destination.service'"):
         compile_correlation(missing, PREDICATES, "ip")(events)
     with pytest.raises(CorrelationCompileError, match=r"ssh_bruteforce: a base-rule predicate"):
         compile_correlation(BRUTEFORCE, {"ssh_failed": "process.name = 'sshd'"}, "ip")(events)
@@ -392,6 +394,44 @@ correlation: {type: value_count, rules: [bruteforce], group-by: [host.name], tim
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path / "e")).drop("_event_time")
     with pytest.raises(CorrelationCompileError, match=r"ssh_bruteforce: a streaming input needs"):
         compile_correlation(BRUTEFORCE, PREDICATES, "ip")(stream)
+
+
+# Events with the contract's event.dataset and detail (a source's own fields as text), for resolver cases.
+DETAIL_SCHEMA = StructType([
+    *[f for f in SCHEMA.fields if f.name != "event"],
+    StructField("event", _struct(id=StringType(), action=StringType(), outcome=StringType(), dataset=StringType())),
+    StructField("detail", MapType(StringType(), StringType())),
+])
+
+
+def test_group_by_resolves_like_a_detection_within_the_base_rules_datasets(spark, tmp_path):
+    # Sysmon names its own User field (DOMAIN\\name, a detail key); elsewhere User is Sigma's user.name.
+    corr = correlation("many_by_user", "event_count", ["conn"], "{gte: 2}", ["User"])
+    sysmon = ("windows.sysmon_operational",)
+    events = []
+    for i in range(2):
+        for dataset, name in (("windows.sysmon_operational", "CORP\\mallory"), ("system.auth", "ignored")):
+            e = ev(i, action="connection", outcome=None, user="alice")
+            e["event"]["dataset"] = dataset
+            e["detail"] = {"User": name}
+            events.append(e)
+    directory = write_events(tmp_path / "detail", "e.json", events).parent
+    frame = spark.read.schema(DETAIL_SCHEMA).json(str(directory))
+    scoped = compile_correlation(corr, {"conn": "event.action = 'connection' AND event.dataset = "
+                                                "'windows.sysmon_operational'"}, "user", datasets=sysmon)
+    assert entities([r.asDict(recursive=True) for r in scoped(frame).collect()]) == {"CORP\\mallory"}
+    # the group-by reads exactly what a detection on the same name over the same datasets reads
+    assert resolve_field(None, "User", DETAIL_SCHEMA, sysmon).sql == "`detail`['User']"
+    # over every dataset, each event's own meaning: Sysmon's User there, user.name for sshd's events
+    unscoped = compile_correlation(corr, {"conn": "event.action = 'connection'"}, "user")
+    assert entities([r.asDict(recursive=True) for r in unscoped(frame).collect()]) == {"CORP\\mallory", "alice"}
+
+
+def test_group_by_field_no_source_defines_is_refused(spark, tmp_path):
+    events = spark.read.schema(DETAIL_SCHEMA).json(str(write_events(tmp_path / "e", "e.json", [ev(0)])))
+    corr = correlation("typo", "event_count", ["conn"], "{gte: 2}", ["sourceip"])
+    with pytest.raises(CorrelationCompileError, match=r"typo: unknown field 'sourceip'.*did you mean 'source.ip'"):
+        compile_correlation(corr, PREDICATES, "ip")(events)
 
 
 def test_describe_and_helpers():

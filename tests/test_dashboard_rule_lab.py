@@ -18,13 +18,23 @@ def test_the_rule_pack_checks_clean(path: Path) -> None:
 
 
 def test_single_event_rules_compile_to_the_pipelines_predicate() -> None:
-    """Against the ECS schema (no lake): rules over parsed fields compile; enriched fields need a lake's schema
-    (test_dashboard_pages.py compiles the whole pack against a real events table)."""
+    """Against the events contract's columns (no lake), scoped to the logsource's datasets as the loader does."""
     reports = {r.name: r for r in check_rule_text((BUILTIN_RULES / "ssh_brute_force.yml").read_text())}
-    assert reports["ssh_failed_password"].predicate.startswith("coalesce((lower(`event`.`dataset`)")
+    assert reports["ssh_failed_password"].predicate.startswith(
+        "coalesce((`event`.`dataset` IN ('system.auth') AND (lower(`event`.`dataset`)")
     assert reports["ssh_brute_force"].predicate is None and reports["ssh_brute_force"].alerts
-    enriched = check_rule_text((BUILTIN_RULES / "ioc_match.yml").read_text())[0]
-    assert "threat.indicator.value" in enriched.problems[0]
+    enriched = check_rule_text((BUILTIN_RULES / "ioc_match.yml").read_text())[0]  # enrichment is in the contract
+    assert not enriched.problems and enriched.predicate == "coalesce(`threat`.`indicator`.`value` IS NOT NULL, false)"
+    admin = {r.name: r for r in check_rule_text((BUILTIN_RULES / "windows_new_admin_account.yml").read_text())}
+    assert not any(r.problems for r in admin.values()), {n: r.problems for n, r in admin.items()}
+    nowhere = check_rule_text("""title: Linux process
+name: linux_proc
+logsource: {product: linux, category: process_creation}
+detection: {sel: {CommandLine|contains: wget}, condition: sel}
+level: high
+nightjar: {entity: {type: host, field: host.name}}
+""")[0]
+    assert nowhere.predicate is None and "not applicable: logsource" in nowhere.problems[0]
 
 
 def test_problems_are_named_per_rule() -> None:

@@ -109,3 +109,52 @@ def test_disabled_rule_is_not_loaded_and_tags_become_attack_ids(schema, tmp_path
     rules, errors = load_rules([tmp_path], schema)
     assert errors == [] and [r.rule_id for r in rules] == ["good_rule"]
     assert rules[0].meta.tags == ("T1110",) and rules[0].kind == "sigma" and not rules[0].stateful
+
+
+def _variant(name: str, uuid_digit: str) -> str:
+    return GOOD.replace("good_rule", name).replace("11111111-1111-4111-8111-111111111111",
+                                                   "-".join(uuid_digit * n for n in (8, 4, 4, 4, 12)))
+
+
+def test_fields_resolve_per_logsource_and_unknown_ones_name_file_rule_and_field(schema, tmp_path):
+    # sshd's own field (a detail key of system.auth) resolves for an sshd rule; the entity too
+    _write(tmp_path, "method.yml", _variant("by_method", "6").replace(
+        "event.outcome: failure}", "event.outcome: failure, system.auth.ssh.method: password}"))
+    _write(tmp_path, "typo_entity.yml", _variant("typo_entity", "7").replace("field: source.ip", "field: sorce.ip"))
+    _write(tmp_path, "nowhere.yml", _variant("nowhere", "8").replace("{product: linux, service: sshd}",
+                                                                    "{product: linux, category: process_creation}"))
+    _write(tmp_path, "group_typo.yml", textwrap.dedent(_variant("group_base", "9")) + textwrap.dedent("""\
+        ---
+        title: Many by a typo
+        id: 99999999-9999-4999-8999-999999999990
+        name: group_typo
+        correlation: {type: event_count, rules: [group_base], group-by: [sourceip], timespan: 5m, condition: {gte: 3}}
+        level: high
+        """))
+    rules, errors = load_rules([tmp_path], schema)
+    assert [r.rule_id for r in rules] == ["by_method"], [str(e) for e in errors]
+    messages = {Path(e.file).name: str(e) for e in errors}
+    assert set(messages) == {"typo_entity.yml", "nowhere.yml", "group_typo.yml"}, messages
+    assert "rule 'typo_entity'" in messages["typo_entity.yml"] and "unknown field 'sorce.ip'" in messages[
+        "typo_entity.yml"]
+    assert "rule 'nowhere'" in messages["nowhere.yml"] and "not applicable: logsource" in messages["nowhere.yml"]
+    assert "rule 'group_typo'" in messages["group_typo.yml"] and "unknown field 'sourceip'" in messages[
+        "group_typo.yml"]
+    for e in errors:
+        assert str(tmp_path) in str(e)
+
+
+@pytest.mark.slow
+def test_windows_new_admin_account_groups_on_the_sid_the_old_wide_field_held(spark, pack):
+    """user.target.id was a column of the wide contract; in v2 it is a key of detail for windows.security. The
+    correlation still groups the creation and the admin-group event on the new account's SID."""
+    from alerts.rules_test import expand, sample_events
+
+    rule = pack["windows_new_admin_account"]
+    events, bad = sample_events(spark, expand(rule.samples.positive), rule.samples.reference)
+    assert bad == 0
+    candidates = [r.asDict(recursive=True) for r in rule.detect(events).collect()]  # one per sliding window
+    assert candidates
+    assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {
+        ("user", "S-1-5-21-3623811015-3361044348-30300820-1190")}
+    assert {c["detail"] for c in candidates} == {"windows_user_created and windows_admin_group_member_added"}

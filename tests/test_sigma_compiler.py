@@ -1,8 +1,9 @@
 """Sigma -> Spark SQL compiler: real Sigma YAML, compiled and run on real Spark over the real events schema.
 
-The events are built with the parser's ECS schema and passed through the real enrichment
-(:func:`enrich.static_joins.enrich_static`, small reference tables), so the rules see exactly the columns and
-types of the ``events`` table, including ``nightjar.user.is_admin`` and ``threat.indicator.value``. Every case
+The events have the schema rules compile against (:func:`alerts.detection_input.events_schema`: the parse's
+core columns and ``detail`` through the real enrichment), so the rules see exactly the columns and types of the
+``events`` table, including ``nightjar.user.is_admin``, ``threat.indicator.value`` and a source's own fields in
+``detail``, which field names reach through :mod:`ingest.field_resolver`. Every case
 asserts the exact set of matching events, and the rows include look-alikes that a wrong translation (an
 unescaped ``%``, a dropped backslash, case-sensitive compare, a sloppy CIDR) would match.
 """
@@ -15,7 +16,6 @@ import ipaddress
 import pickle
 import textwrap
 
-import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -23,19 +23,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 from sigma.collection import SigmaCollection
 from sigma.rule import SigmaRule
 
-from alerts.field_mapping import SIGMA_TO_ECS, ecs_path
-from alerts.sigma_compiler import RuleCompileError, compile_detection, sql_string
-from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
-from enrich.reference_data import (
-    SCHEMAS,
-    ReferenceData,
-    prepare_assets,
-    prepare_iocs,
-    prepare_networks,
-    prepare_users,
-)
-from enrich.static_joins import enrich_static
-from ingest.ecs_schema import ECS_SCHEMA
+from alerts.logsource_map import NotApplicable, logsource_datasets
+from alerts.sigma_compiler import RuleCompileError, compile_detection, resolve_field, sql_string
+from ingest.field_resolver import SIGMA_TAXONOMY, resolve
 
 B64_WHOAMI = base64.b64encode(b"sh -c 'whoami; id'").decode()
 
@@ -45,7 +35,8 @@ EVENTS: dict[str, dict] = {
         "@timestamp": dt.datetime(2024, 3, 10, 3, 15), "event.action": "ssh_login",
         "event.outcome": "failure",
         "event.category": ["authentication"], "event.type": ["start"], "user.name": "root",
-        "user.effective.name": "root", "log.syslog.procid": "4242", "source.ip": "10.255.255.255",
+        "user.effective.name": "root", "source.ip": "10.255.255.255", "event.dataset": "system.auth",
+        "detail": {"system.auth.ssh.method": "password", "log.syslog.procid": "4242"},
         "source.port": 51000,
         "destination.ip": "10.0.0.5", "destination.port": 22, "process.name": "sshd", "host.name": "web-01",
         "event.original": "Mar 10 03:15:00 web-01 sshd[4242]: Failed password for root from 10.255.255.255 "
@@ -58,6 +49,7 @@ EVENTS: dict[str, dict] = {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 0), "event.action": "ssh_login",
         "event.outcome": "success",
         "event.category": ["authentication"], "user.name": "Alice", "source.ip": "11.0.0.0",
+        "event.dataset": "system.auth", "detail": {"system.auth.ssh.method": "publickey"},
         "destination.ip": "10.0.0.5", "destination.port": 22, "process.name": "sshd",
         "event.original": "Mar 10 12:00:00 web-01 sshd[4243]: Accepted publickey for Alice from 11.0.0.0 "
                           "port 40000 ssh2",
@@ -67,7 +59,7 @@ EVENTS: dict[str, dict] = {
     },
     "bob": {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 5), "event.action": "sudo", "event.outcome": "success",
-        "event.category": ["process"], "user.name": "Bob", "user.effective.name": "bob",
+        "event.category": ["process"], "user.name": "Bob", "user.effective.name": "bob", "event.dataset": "system.auth",
         "process.name": "sudo",
         "event.original": "Mar 10 12:05:00 web-01 sudo: Bob : TTY=pts/0 ; PWD=/home/bob ; USER=root ; "
                           "COMMAND=/usr/bin/passwd",
@@ -77,7 +69,8 @@ EVENTS: dict[str, dict] = {
     "dns": {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 10), "event.category": ["network"],
         "event.type": ["protocol"],
-        "dns.question.name": "EVIL.Example.COM", "dns.answers": [{"data": "1.2.3.4", "ttl": 60}],
+        "dns.question.name": "EVIL.Example.COM", "event.dataset": "zeek.dns",
+        "detail": {"answers": '["1.2.3.4","evil.example.net"]', "TTLs": '["60","60"]', "rcode_name": "NOERROR"},
         "dns.resolved_ip": ["1.2.3.4"], "source.ip": "192.168.1.10", "destination.ip": "2001:DB8::53",
         "destination.port": 53, "network.bytes": 1500, "network.transport": "udp",
         "related.ip": ["192.168.1.10", "2001:db8::53"],
@@ -89,6 +82,8 @@ EVENTS: dict[str, dict] = {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 20), "event.category": ["network"],
         "source.ip": "2001:db8:abcd:12::1", "destination.ip": "198.51.100.66", "destination.port": 443,
         "network.bytes": 10_000_000, "network.transport": "tcp", "event.original": '{"_path":"conn"}',
+        "event.dataset": "zeek.conn", "detail": {"conn_state": "SF", "missed_bytes": "0", "local_orig": "true",
+                                                 "duration": "12.5", "history": "ShADadFf"},
         "threat.indicator.value": "198.51.100.66", "threat.indicator.type": "ip",
         "threat.indicator.matched_field": "destination.ip", "network.direction": "outbound",
     },
@@ -96,20 +91,24 @@ EVENTS: dict[str, dict] = {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 30), "event.category": ["network"],
         "source.ip": "::ffff:10.0.0.1", "destination.ip": "fe80::1", "destination.port": 8080,
         "network.bytes": 99, "network.transport": "tcp", "event.original": '{"_path":"conn"}',
+        "event.dataset": "zeek.conn", "detail": {"conn_state": "S0", "missed_bytes": "1460", "local_orig": "false",
+                                                 "duration": "0.25"},
     },
     "tricky": {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 40), "user.name": "o'brien", "source.ip": "10.0.0.256",
+        "event.dataset": "system.syslog",
         "message": "100%_done, it's a \"quote\" in C:\\temp\\new and a literal * star",
         "event.original": "o'brien sent ${jndi:ldap://x.example/a}",
     },
     "lookalike": {
         "@timestamp": dt.datetime(2024, 3, 10, 12, 50), "user.name": "obrien", "source.ip": "192.168.1.16",
+        "event.dataset": "system.syslog",
         "destination.ip": "febf::1", "dns.question.name": "evilXexample.com",
         "message": "100xydone, its a quote in C:tempnew and a literal x star",
         "event.original": "obrien sent $jndi, then ran powershell /enc ZQBjAGgAbwA=",
     },
     "multi": {
-        "@timestamp": dt.datetime(2024, 3, 10, 13, 0), "user.name": "svc_42",
+        "@timestamp": dt.datetime(2024, 3, 10, 13, 0), "user.name": "svc_42", "event.dataset": "system.syslog",
         "source.ip": "2001:db8:abcd:18::1", "destination.ip": "fec0::1",
         "message": "first\nsecond", "event.original": "first\nsecond",
     },
@@ -138,21 +137,10 @@ def nested(flat: dict, schema: StructType, prefix: str = "") -> dict | None:
 
 
 def events_schema(spark) -> StructType:
-    """The ``events`` table's schema: the parser's ECS schema as the real enrichment extends it.
+    """The schema rules compile against: the parse's ``events`` through the real enrichment (only planned)."""
+    from alerts.detection_input import events_schema as derived
 
-    Only planned (no Spark job): the enrichment's values are tested in test_static_joins; here the rows set
-    the enrichment fields themselves, which keeps this module fast.
-    """
-    def empty(name: str) -> pa.Table:
-        return pa.Table.from_pylist([], SCHEMAS[name])
-
-    frame = spark.createDataFrame
-    assets, static_assets = prepare_assets(empty(TABLE_ASSETS))
-    networks, ranges = prepare_networks(empty(TABLE_NETWORKS))
-    ref = ReferenceData(assets=frame(assets), static_assets=frame(static_assets),
-                        users=frame(prepare_users(empty(TABLE_USERS))), networks=frame(networks),
-                        network_ranges=frame(ranges), iocs=frame(prepare_iocs(empty(TABLE_IOCS))))
-    return enrich_static(spark.createDataFrame([], ECS_SCHEMA), ref).schema
+    return derived(spark)
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +233,8 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("array_any_element", sel("event.category: Authentication"), {"root", "alice"}),
     ("array_no_partial_match", sel("event.category: auth"), set()),
     ("array_startswith", sel("tags|startswith: ssh"), {"root", "alice"}),
-    ("array_of_structs_field", sel("dns.answers.data: 1.2.3.4"), {"dns"}),
+    ("detail_list_any_element", sel("answers: 1.2.3.4"), {"dns"}),
+    ("detail_list_no_partial_match", sel("answers: 1.2.3"), set()),
     ("array_all_values", sel("related.ip|all: [11.0.0.0, 10.0.0.5]"), {"alice"}),
     # numbers
     ("gt", sel("network.bytes|gt: 1500"), {"big"}),
@@ -256,7 +245,18 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("int_from_quoted_string", sel("destination.port: '22'"), {"root", "alice"}),
     ("int_list", sel("destination.port: [53, 443]"), {"dns", "big"}),
     ("int_with_wildcard", sel("destination.port: '80*'"), {"small"}),
-    ("number_on_string_column", sel("log.syslog.procid: 4242"), {"root"}),
+    # a source's own fields (detail): compared as the text the log wrote; numbers by value when compared
+    ("number_on_detail_text", sel("missed_bytes: 0"), {"big"}),
+    ("detail_compare_by_value", sel("missed_bytes|gt: 100"), {"small"}),
+    ("detail_decimal_compare", sel("duration|gte: 1"), {"big"}),
+    ("detail_boolean_text", sel("local_orig: true"), {"big"}),
+    ("detail_string_case_insensitive", sel("conn_state: sf"), {"big"}),
+    ("detail_alias_name", sel("zeek.connection.state: S0"), {"small"}),
+    ("detail_missing_key_is_null", sel("history: null"), {"small"}),
+    ("detail_key_of_another_source", sel("system.auth.ssh.method: publickey"), {"alice"}),
+    # the logsource's datasets: the rule sees only their events
+    ("scoped_to_datasets", sel("event.outcome: success"), {"alice", "bob"}),
+    ("scoped_out", sel("destination.port: 22"), set()),
     # booleans, null, exists
     ("bool_false", sel("nightjar.user.is_admin: false"), {"alice"}),
     ("bool_true", sel("nightjar.user.is_admin: true"), {"root", "bob"}),
@@ -264,7 +264,7 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("exists_false", sel("user.name|exists: false"), NO_USER),
     ("exists_true", sel("user.name|exists: true"), ALL - NO_USER),
     ("array_null", sel("tags: null"), ALL - {"root", "alice"}),
-    ("struct_exists", sel("threat.indicator|exists: true"), {"dns", "big"}),
+    ("indicator_exists", sel("threat.indicator.value|exists: true"), {"dns", "big"}),
     # conditions and NULL: "not filter" matches events that lack the filter's field
     ("not_matches_missing_field", "sel:\n  event.category: network\nfilter:\n  user.name: root\n"
                                   "condition: sel and not filter", {"dns", "big", "small"}),
@@ -309,6 +309,17 @@ CASES: list[tuple[str, str, set[str]]] = [
     ("base64offset", sel("message|base64offset|contains: whoami"), {"bob"}),
 ]
 
+# Cases compiled for the datasets of a logsource (as the loader does): names resolve per dataset, and the rule
+# only sees their events. The others compile unscoped (every dataset).
+CASE_DATASETS: dict[str, tuple[str, ...]] = {
+    "detail_list_any_element": ("zeek.dns",), "detail_list_no_partial_match": ("zeek.dns",),
+    "number_on_detail_text": ("zeek.conn",), "detail_compare_by_value": ("zeek.conn",),
+    "detail_decimal_compare": ("zeek.conn",), "detail_boolean_text": ("zeek.conn",),
+    "detail_string_case_insensitive": ("zeek.conn",), "detail_alias_name": ("zeek.conn",),
+    "detail_missing_key_is_null": ("zeek.conn",), "detail_key_of_another_source": ("system.auth",),
+    "scoped_to_datasets": ("system.auth",), "scoped_out": ("zeek.dns", "zeek.conn"),
+}
+
 
 @pytest.fixture(scope="module")
 def case_results(events) -> dict[str, set[str] | Exception]:
@@ -316,7 +327,8 @@ def case_results(events) -> dict[str, set[str] | Exception]:
     compiled: dict[str, str | Exception] = {}
     for name, detection, _ in CASES:
         try:
-            compiled[name] = compile_detection(SigmaRule.from_yaml(rule_yaml(detection)), events.schema)
+            compiled[name] = compile_detection(SigmaRule.from_yaml(rule_yaml(detection)), events.schema,
+                                               CASE_DATASETS.get(name))
         except Exception as e:  # reported by that case's test, not by all of them
             compiled[name] = e
     sqls = {name: sql for name, sql in compiled.items() if isinstance(sql, str)}
@@ -468,7 +480,8 @@ def test_wide_before_base64_is_supported(events):
     (sel("network.bytes: true"), "boolean true cannot match field 'network.bytes'"),
     (sel("'@timestamp|gt': 5"), "numeric comparison cannot apply to field '@timestamp'"),
     (sel("user.name|hour: 5"), "needs a timestamp field"),
-    (sel("source: 10.0.0.1"), "field 'source' is a struct"),
+    (sel("threat.indicator: x"), "unknown field 'threat.indicator'"),  # a struct, not a field
+    (sel("conn_stat: SF"), "unknown field 'conn_stat'"),
     (sel("user.name|fieldref: related.ip"), "fieldref to 'related.ip'"),
     (sel("user.name|re: '(?P<n>x)'"), "(?P"),
     ("keywords:\n  - x\ncondition: keyword", "condition 'keyword'"),
@@ -500,19 +513,57 @@ def test_error_pickles():
     assert str(copy) == "rule 'x' (id 1): unknown field 'y'"
 
 
-def test_field_mapping_targets_are_ecs_paths_and_ecs_names_map_to_themselves():
-    assert ecs_path("source.ip") == "source.ip"
-    assert ecs_path("nightjar.user.is_admin") == "nightjar.user.is_admin"
-    assert ecs_path("User") == "user.name" and ecs_path("dst_port") == "destination.port"
-    # every target is a column of the parser's schema (process.command_line since the Windows parser, 4688)
-    missing = {target for target in SIGMA_TO_ECS.values() if not has_path(ECS_SCHEMA, target)}
-    assert missing == set()
+def test_fields_resolve_through_the_one_resolver(events):
+    rule = SigmaRule.from_yaml(rule_yaml(sel("User: root")))
+    schema = events.schema
+    assert resolve_field(rule, "source.ip", schema).sql == "`source`.`ip`"
+    assert resolve_field(rule, "User", schema, ("system.auth",)).sql == "`user`.`name`"
+    assert resolve_field(rule, "DestinationPort", schema, ("zeek.conn",)).sql == "`destination`.`port`"
+    # Sysmon names its own User field (DOMAIN\\name): a detail key there, user.name elsewhere
+    assert resolve_field(rule, "User", schema, ("windows.sysmon_operational",)).sql == "`detail`['User']"
+    both = resolve_field(rule, "User", schema, ("system.auth", "windows.sysmon_operational")).sql
+    assert both == ("CASE WHEN `event`.`dataset` IN ('system.auth') THEN `user`.`name` "
+                    "WHEN `event`.`dataset` IN ('windows.sysmon_operational') THEN `detail`['User'] END")
+    # an old wide path is an alias the resolver knows
+    assert resolve_field(rule, "zeek.connection.state", schema, ("zeek.conn",)).sql == "`detail`['conn_state']"
+    for name in SIGMA_TAXONOMY:  # every taxonomy name lands somewhere
+        assert resolve(name).places
 
 
-def has_path(schema: StructType, path: str) -> bool:
-    typ = schema
-    for part in path.split("."):
-        if not isinstance(typ, StructType) or part not in typ.fieldNames():
-            return False
-        typ = typ[part].dataType
-    return True
+def test_scoped_rule_names_an_open_sources_own_data(events):
+    # A Windows event's data cannot be listed: scoped to its datasets, any name is a key of detail.
+    rule = SigmaRule.from_yaml(rule_yaml(sel("SomeEventDataKey: x")))
+    sql = compile_detection(rule, events.schema, ("windows.security",))
+    assert "`detail`['SomeEventDataKey']" in sql and "IN ('windows.security')" in sql
+    # Unscoped, the same name is defined by no source: refused, not silently never matching.
+    with pytest.raises(RuleCompileError, match="unknown field 'SomeEventDataKey'"):
+        compile_detection(rule, events.schema)
+
+
+@pytest.mark.parametrize(("logsource", "expected"), [
+    ({"product": "linux", "service": "sshd"}, ("system.auth",)),
+    ({"product": "linux", "service": "sudo"}, ("system.auth",)),
+    ({"product": "linux", "service": "dhcpd"}, ("dhcpd",)),
+    ({"product": "linux"}, ("dhcpd", "system.auth", "system.syslog")),
+    ({"product": "zeek", "service": "dns"}, ("zeek.dns",)),
+    ({"product": "windows", "service": "security"}, ("windows.security",)),
+    ({"product": "windows", "service": "sysmon"}, ("windows.sysmon_operational",)),
+    ({"product": "windows", "category": "process_creation"}, ("windows.security", "windows.sysmon_operational")),
+    ({"category": "dns"}, ("zeek.dns",)),
+    ({"category": "network"}, None),
+])
+def test_logsource_maps_to_registry_datasets(logsource, expected):
+    from sigma.rule import SigmaLogSource
+
+    assert logsource_datasets(SigmaLogSource.from_dict(logsource)) == expected
+
+
+@pytest.mark.parametrize("logsource", [
+    {"product": "linux", "category": "process_creation"}, {"product": "macos"},
+    {"product": "windows", "service": "defender"}, {"product": "zeek", "service": "no_such_log"},
+])
+def test_logsource_no_dataset_serves_is_not_applicable(logsource):
+    from sigma.rule import SigmaLogSource
+
+    with pytest.raises(NotApplicable, match="not applicable: logsource"):
+        logsource_datasets(SigmaLogSource.from_dict(logsource))

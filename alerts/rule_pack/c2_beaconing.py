@@ -59,7 +59,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import MAX_EVIDENCE
-from alerts.python_rules import Windowed, python_rule, with_event_time
+from alerts.python_rules import Windowed, field, python_rule, with_event_time
 from alerts.window_aggregator import candidate_columns, candidates_from, items_of, run_windowed
 from core.spark_session import PerContext
 from enrich.dhcp_sessions import is_internal
@@ -122,15 +122,15 @@ def beaconing(*, window: str = WINDOW, slide: str = SLIDE, min_connections: int 
     """The rule with explicit thresholds, as a windowed spec (a variant, e.g. a day window for slow beacons, is
     one call)."""
     ts = F.col("`@timestamp`")
-    src, dst = F.col("source.ip"), F.col("destination.ip")
-    out_bytes = F.coalesce(F.col("source.bytes"), F.lit(0).cast("bigint"))  # S0 attempts to a dead C2 count too
-    where = ((F.col("event.dataset") == F.lit("zeek.conn")) & ts.isNotNull() & src.isNotNull() & dst.isNotNull()
-             & outbound(F.col("network.direction"), src, dst)
+    src, dst = field("source.ip"), field("destination.ip")
+    out_bytes = F.coalesce(field("source.bytes"), F.lit(0).cast("bigint"))  # S0 attempts to a dead C2 count too
+    where = ((field("event.dataset") == F.lit("zeek.conn")) & ts.isNotNull() & src.isNotNull() & dst.isNotNull()
+             & outbound(field("network.direction"), src, dst)
              & (out_bytes <= F.lit(max_bytes_out))
-             & ~F.coalesce(F.col("destination.port").isin(*EXCLUDED_PORTS), F.lit(False)))
-    item = F.struct(F.unix_micros(ts).alias("ts"), F.col("event.id").alias("id"), dst.alias("dst"),
-                    out_bytes.alias("out"), F.col("destination.domain").alias("domain"),
-                    F.col("host.name").alias("host"))
+             & ~F.coalesce(field("destination.port").isin(*EXCLUDED_PORTS), F.lit(False)))
+    item = F.struct(F.unix_micros(ts).alias("ts"), field("event.id").alias("id"), dst.alias("dst"),
+                    out_bytes.alias("out"), field("destination.domain").alias("domain"),
+                    field("host.name").alias("host"))
 
     def columns() -> tuple[Column, Column, tuple[Column, list[Column]]]:
         conns = F.col("c")

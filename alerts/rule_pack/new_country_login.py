@@ -36,7 +36,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from alerts.python_rules import Windowed, python_rule, with_event_time
+from alerts.python_rules import Windowed, field, python_rule, with_event_time
 from alerts.window_aggregator import GROUP, candidate_columns, candidates_from, items_of, run_windowed
 from core.spark_session import PerContext
 from enrich.dhcp_sessions import is_internal
@@ -48,12 +48,12 @@ WINDOW = "1 hour"
 def new_country_logins(*, window: str = WINDOW) -> Windowed:
     """The rule as a windowed spec: successful logins from abroad, per user and tumbling ``window``."""
     ts = F.col("`@timestamp`")
-    user = F.col("user.name")
-    source_ip = F.col("source.ip")
-    country = F.upper(F.col("source.geo.country_iso_code"))
-    home = F.upper(F.col("nightjar.user.country"))
-    where = (F.coalesce(F.array_contains(F.col("event.category"), F.lit("authentication")), F.lit(False))
-             & (F.col("event.outcome") == F.lit("success"))
+    user = field("user.name")
+    source_ip = field("source.ip")
+    country = F.upper(field("source.geo.country_iso_code"))
+    home = F.upper(field("nightjar.user.country"))
+    where = (F.coalesce(F.array_contains(field("event.category"), F.lit("authentication")), F.lit(False))
+             & (field("event.outcome") == F.lit("success"))
              & user.isNotNull() & ts.isNotNull() & source_ip.isNotNull() & ~is_internal(source_ip)
              & country.isNotNull() & home.isNotNull() & (country != home))
     item = F.struct(country.alias("country"), source_ip.alias("ip"), home.alias("home"))

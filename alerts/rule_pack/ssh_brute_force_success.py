@@ -25,7 +25,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from alerts.python_rules import Windowed, python_rule
+from alerts.python_rules import Windowed, field, python_rule
 from alerts.window_aggregator import candidate_columns, candidates_from, items_of
 from core.spark_session import PerContext
 
@@ -65,9 +65,9 @@ def _repeat(line: str, n: int) -> list[str]:
 def rule() -> Windowed:
     """Ten or more failed SSH passwords from one source, then an accepted login from it, within 15 minutes."""
     ts = F.col("`@timestamp`")
-    where = (F.col("event.action") == F.lit("ssh_login")) & F.col("source.ip").isNotNull() & ts.isNotNull()
-    item = F.struct(F.unix_micros(ts).alias("t"), (F.col("event.outcome") == F.lit("success")).alias("ok"),
-                    F.col("user.name").alias("user"), F.coalesce(F.col("host.name"), F.col("host.hostname")).alias("host"))
+    where = (field("event.action") == F.lit("ssh_login")) & field("source.ip").isNotNull() & ts.isNotNull()
+    item = F.struct(F.unix_micros(ts).alias("t"), (field("event.outcome") == F.lit("success")).alias("ok"),
+                    field("user.name").alias("user"), F.coalesce(field("host.name"), field("host.hostname")).alias("host"))
 
     def columns() -> tuple[Column, tuple[Column, list[Column]]]:
         tries = F.col("tries")
@@ -89,5 +89,5 @@ def rule() -> Windowed:
         tries, candidate = built.get()
         return candidates_from(agg.select("*", tries.alias("tries")), candidate)
 
-    return Windowed(window=WINDOW, slide=SLIDE, where=where, group_by=(F.col("source.ip"),), item=item,
+    return Windowed(window=WINDOW, slide=SLIDE, where=where, group_by=(field("source.ip"),), item=item,
                     finish=finish)
