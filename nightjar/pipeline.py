@@ -85,8 +85,8 @@ from core.triggers import (
     Trigger,
     parse_interval,
 )
-from ingest.embedded_broker import check_reachable, ensure_topics
 from ingest.arrow_parse import parse_bronze
+from ingest.embedded_broker import check_reachable, ensure_topics
 from nightjar.rebuild_events import require_current_events
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ INGESTED = dt.datetime(2024, 3, 10, 12, 0, 0, tzinfo=dt.UTC)
 
 def parse_lines(spark, lines, fmt: str = "auto", ingested_at: dt.datetime = INGESTED, **kw) -> list[dict]:
     """One dict per line, in input order: the ECS columns (nested dicts) plus ``_error`` and coordinates."""
-    from ingest.file_source import lines_dataframe
     from ingest.arrow_parse import parse_bronze
+    from ingest.file_source import lines_dataframe
 
     df = parse_bronze(lines_dataframe(spark, lines, ingested_at=ingested_at), fmt, **kw)
     rows = [r.asDict(recursive=True) for r in df.orderBy("offset").collect()]

@@ -154,8 +154,8 @@ def test_lease_reassignment_attributes_out_of_order_events_to_the_holder_at_thei
     from enrich.dhcp_sessions import attribute_batch, events_from, sessions_from
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
-    from ingest.file_source import lines_dataframe
     from ingest.arrow_parse import parse_bronze
+    from ingest.file_source import lines_dataframe
 
     unified = attribute_batch(parse_bronze(lines_dataframe(spark, DELIVERY), raw_record=True), ["10.10.0.0/22"]).cache()
     try:
@@ -244,8 +244,8 @@ def wait_for(condition, failure: list, timeout: float = 120) -> None:
 def test_rows_cross_the_operator_unchanged_to_the_microsecond(spark):
     """Events and quarantine rows travel through the operator as JSON: nothing may be lost on the way."""
     from enrich.dhcp_sessions import attribute_batch, events_from, quarantine_from
-    from ingest.file_source import lines_dataframe
     from ingest.arrow_parse import events_of, parse_bronze, quarantine_of
+    from ingest.file_source import lines_dataframe
 
     lines = [conn(at("10:00", 0.123456), "U1", EVIL, src="203.0.113.50"),   # no internal address: a bucket key
              conn(at("10:00", 1.000001), "U2", "203.0.113.9", src=SERVER),   # internal, no lease known
