@@ -262,9 +262,9 @@ def known_field_names() -> frozenset[str]:
     and their aliases (``ingest/sources/*/fields.yml``).
 
     The resolver takes any name as a key of an open dataset's detail (a Windows event's or a JSON payload's own
-    data cannot be listed), so over every dataset a typo would resolve and never match. A rule whose logsource
-    names no datasets may therefore only use names some source defines; a rule scoped to open datasets may name
-    their own data freely.
+    data cannot be listed), so a typo would resolve and never match. A name no source defines is therefore only
+    taken when every dataset in the rule's scope is open (:func:`_all_open`): a Windows Security rule may name
+    any EventData key, a rule over every dataset or over sshd's lines may not.
     """
     names = set(ALL_COLUMN_TYPES) | set(SIGMA_TAXONOMY)
     for dataset in registry_datasets():
@@ -274,6 +274,11 @@ def known_field_names() -> frozenset[str]:
                 names.update(f.aliases)
     names.discard(DETAIL)
     return frozenset(names)
+
+
+def _all_open(datasets: tuple[str, ...] | None) -> bool:
+    """True when every dataset of the scope may hold keys its field lists do not name (False for no scope)."""
+    return datasets is not None and all(any(d.open for d in dataset_fields(ds)) for ds in datasets)
 
 
 def resolve_field(rule: Any, sigma_field: str, schema: StructType,
@@ -286,8 +291,8 @@ def resolve_field(rule: Any, sigma_field: str, schema: StructType,
     groups by the same names (docs/fields.md lists them).
     """
     try:
-        if datasets is None and sigma_field not in known_field_names():
-            raise UnknownField(sigma_field, None)
+        if sigma_field not in known_field_names() and not _all_open(datasets):
+            raise UnknownField(sigma_field, datasets)
         resolved: Resolved = resolve(sigma_field, datasets)
     except UnknownField as e:
         close = difflib.get_close_matches(sigma_field, list(_field_paths(schema)), n=1)

@@ -535,9 +535,14 @@ def test_scoped_rule_names_an_open_sources_own_data(events):
     rule = SigmaRule.from_yaml(rule_yaml(sel("SomeEventDataKey: x")))
     sql = compile_detection(rule, events.schema, ("windows.security",))
     assert "`detail`['SomeEventDataKey']" in sql and "IN ('windows.security')" in sql
-    # Unscoped, the same name is defined by no source: refused, not silently never matching.
+    # Unscoped, or with a dataset in scope that holds only declared fields (dhcpd, sshd's system.auth), a name no
+    # source defines is refused, not silently never matching.
     with pytest.raises(RuleCompileError, match="unknown field 'SomeEventDataKey'"):
         compile_detection(rule, events.schema)
+    with pytest.raises(RuleCompileError, match="unknown field 'SomeEventDataKey'.*datasets dhcpd, system.auth"):
+        compile_detection(rule, events.schema, ("dhcpd", "system.auth", "system.syslog"))
+    # syslog lines may carry a JSON payload: its keys are the dataset's own data
+    assert "`detail`['SomeEventDataKey']" in compile_detection(rule, events.schema, ("system.syslog",))
 
 
 @pytest.mark.parametrize(("logsource", "expected"), [
