@@ -105,7 +105,7 @@ DEFAULT_LEASE_HOLD_S = 60.0
 # and the log, not an outage. Two minutes cover the supervisor's first backoff steps (1+2+4+8+16 s) and their starts.
 DEFAULT_HEALTH_GRACE_S = 120.0
 
-# Parsing (ingest/normalize.py). A record larger than this is quarantined unparsed: it bounds the regex and
+# Parsing (ingest/sources/record_parser.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024
 

@@ -11,7 +11,7 @@ A source is a sub-package ``ingest/sources/<name>/`` holding
 
 Adding a source is adding a folder: the registry discovers it (:func:`sources`), ``nightjar parse`` and the stream
 parse with it (:mod:`ingest.sources.record_parser`), and the field resolver, the typed views and the fields
-reference read its field list. ``docs/sources.md`` is the how-to.
+reference read its field list. The how-to is docs/architecture.md, "Adding a log source".
 
 Two transports exist. A **json** source gets each record that is one JSON object and says whether it is its own
 (``detect``); a **syslog** source parses the message of a syslog line after the header (``ingest/sources/syslog``
