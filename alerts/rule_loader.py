@@ -250,15 +250,21 @@ def load_rules(paths: Iterable[Path], schema: StructType,
     from sigma.rule import SigmaRule
 
     from alerts.correlation_compiler import compile_correlation, correlation_rule, update_mode_safe
-    from alerts.logsource_map import NotApplicable, logsource_datasets
+    from alerts.logsource_map import NotApplicable, Scope, logsource_scope
     from alerts.sigma_compiler import compile_detection, resolve_field
 
-    def datasets_of(rule: SigmaRule, file: Path) -> tuple[str, ...] | None:
-        """The datasets of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
+    def scope_of(rule: SigmaRule, file: Path) -> Scope | None:
+        """The events of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
         try:
-            return logsource_datasets(rule.logsource)
+            return logsource_scope(rule.logsource)
         except NotApplicable as exc:
             raise RuleError(file, _rule_name(rule), str(exc)) from exc
+
+    def compile_scoped(rule: SigmaRule, file: Path) -> tuple[str, tuple[str, ...] | None]:
+        """(the rule's predicate limited to its logsource's events, its datasets)."""
+        scope = scope_of(rule, file)
+        datasets = None if scope is None else scope.datasets
+        return compile_detection(rule, schema, datasets, None if scope is None else scope.codes), datasets
 
     errors: list[RuleError] = []
     rules: list[Rule] = []
@@ -320,8 +326,8 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             scopes = []
             for r in refs:
                 b, bf, bd = base[r]
-                scopes.append(datasets_of(b, bf))
-                predicates[r] = compile_detection(b, schema, scopes[-1])
+                predicates[r], datasets = compile_scoped(b, bf)
+                scopes.append(datasets)
                 digests.append(bd)
                 if not getattr(corr, "generate", False):
                     referenced_quiet.add(id(b))
@@ -355,10 +361,9 @@ def load_rules(paths: Iterable[Path], schema: StructType,
         if nj.get("enabled", True) is False or (id(b) in referenced_quiet and not nj.get("alert", False)):
             continue
         try:
-            datasets = datasets_of(b, f)
+            predicate, datasets = compile_scoped(b, f)
             etype, efield = _entity(nj, None, f, rid) if nj.get("entity") else default_entity(datasets)
             meta = _meta(b, rid, nj, f, count_merge="sum")
-            predicate = compile_detection(b, schema, datasets)
             entity_sql = resolve_field(b, efield, schema, datasets).sql
             rules.append(Rule(meta, "sigma", f, digest, etype, _single_event_detect(predicate, rid, etype, entity_sql),
                               _samples(nj.get("samples"), f, rid), stateful=False,
