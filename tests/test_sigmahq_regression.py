@@ -14,7 +14,7 @@ from tests.conftest import CORPUS as _DEFAULT_CORPUS
 
 SIGMAHQ = Path(os.environ.get("NIGHTJAR_CORPUS") or _DEFAULT_CORPUS) / "sigmahq"
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400),  # ~8-12 min on 2 loaded cores
               pytest.mark.skipif(not (SIGMAHQ / "regression_data").is_dir(), reason="SigmaHQ corpus not present")]
 
 # Measured on this code (docs/sigma_compiler.md): a change that makes fewer of SigmaHQ's rules match fails here.
