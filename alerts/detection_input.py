@@ -51,3 +51,31 @@ def events_schema(spark: SparkSession) -> StructType:
 
     empty = events_of(parse_bronze(lines_dataframe(spark, [])))
     return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema
+
+
+def contract_schema() -> StructType:
+    """The same schema as :func:`events_schema`, built from the events contract alone (no Spark session).
+
+    Compiling a rule only needs the column paths and types, so ``nightjar rules check`` and other compile-only
+    callers use this and start no JVM; a test checks that it agrees with :func:`events_schema` leaf by leaf."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_type
+
+    root: dict = {}
+    for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS):
+        parts = [f.path] if f.path.startswith("@") else f.path.split(".")
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = arrow_type(f.type)
+
+    def field(name: str, node: dict | pa.DataType) -> pa.Field:
+        if isinstance(node, dict):
+            return pa.field(name, pa.struct([field(n, c) for n, c in node.items()]))
+        return pa.field(name, node)
+
+    arrow = pa.schema([*(field(n, c) for n, c in root.items()),
+                       pa.field(EVENT_TIME_COLUMN, pa.timestamp("us", tz="UTC"))])
+    return from_arrow_schema(arrow)

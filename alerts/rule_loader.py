@@ -131,6 +131,16 @@ def infer_entity_type(field_name: str) -> str:
     return "host"
 
 
+def default_entity(datasets: Iterable[str] | None) -> tuple[str, str]:
+    """(entity type, field) of a Sigma rule without ``nightjar.entity`` (a stock SigmaHQ rule), from what its
+    logsource's datasets always fill: network logs (Zeek) the source address, hosts' own logs (Windows, syslog)
+    the host. A user is not the default: many events (a Sysmon image load, a service start) carry none, and an
+    event whose entity is null raises no alert. ``nightjar.entity`` overrides it."""
+    if datasets and all(d.startswith("zeek.") for d in datasets):
+        return "ip", "source.ip"
+    return "host", "host.name"
+
+
 def _samples(raw: object, file: Path, rule: str) -> Samples:
     if raw is None:
         return Samples()
@@ -240,15 +250,21 @@ def load_rules(paths: Iterable[Path], schema: StructType,
     from sigma.rule import SigmaRule
 
     from alerts.correlation_compiler import compile_correlation, correlation_rule, update_mode_safe
-    from alerts.logsource_map import NotApplicable, logsource_datasets
+    from alerts.logsource_map import NotApplicable, Scope, logsource_scope
     from alerts.sigma_compiler import compile_detection, resolve_field
 
-    def datasets_of(rule: SigmaRule, file: Path) -> tuple[str, ...] | None:
-        """The datasets of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
+    def scope_of(rule: SigmaRule, file: Path) -> Scope | None:
+        """The events of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
         try:
-            return logsource_datasets(rule.logsource)
+            return logsource_scope(rule.logsource)
         except NotApplicable as exc:
             raise RuleError(file, _rule_name(rule), str(exc)) from exc
+
+    def compile_scoped(rule: SigmaRule, file: Path) -> tuple[str, tuple[str, ...] | None]:
+        """(the rule's predicate limited to its logsource's events, its datasets)."""
+        scope = scope_of(rule, file)
+        datasets = None if scope is None else scope.datasets
+        return compile_detection(rule, schema, datasets, None if scope is None else scope.codes), datasets
 
     errors: list[RuleError] = []
     rules: list[Rule] = []
@@ -285,7 +301,12 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             if isinstance(item, SigmaCorrelationRule):
                 correlations.append((item, f, digest))
             elif isinstance(item, SigmaRule):
-                for key in {str(item.name) if item.name else None, str(item.id) if item.id else None} - {None}:
+                keys = {str(item.name) if item.name else None, str(item.id) if item.id else None} - {None}
+                clash = next((base[k] for k in sorted(keys) if k in base), None)
+                if clash is not None:  # the first one loaded stays; the second is reported, never swapped in
+                    errors.append(RuleError(f, label, f"duplicate rule id or name (also in {clash[1]})"))
+                    continue
+                for key in keys:
                     base[key] = (item, f, digest)
 
     referenced_quiet: set[int] = set()
@@ -305,8 +326,8 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             scopes = []
             for r in refs:
                 b, bf, bd = base[r]
-                scopes.append(datasets_of(b, bf))
-                predicates[r] = compile_detection(b, schema, scopes[-1])
+                predicates[r], datasets = compile_scoped(b, bf)
+                scopes.append(datasets)
                 digests.append(bd)
                 if not getattr(corr, "generate", False):
                     referenced_quiet.add(id(b))
@@ -340,12 +361,9 @@ def load_rules(paths: Iterable[Path], schema: StructType,
         if nj.get("enabled", True) is False or (id(b) in referenced_quiet and not nj.get("alert", False)):
             continue
         try:
-            if not nj.get("entity"):
-                raise RuleError(f, rid, "no entity: set nightjar.entity (e.g. {type: ip, field: source.ip})")
-            etype, efield = _entity(nj, None, f, rid)
+            predicate, datasets = compile_scoped(b, f)
+            etype, efield = _entity(nj, None, f, rid) if nj.get("entity") else default_entity(datasets)
             meta = _meta(b, rid, nj, f, count_merge="sum")
-            datasets = datasets_of(b, f)
-            predicate = compile_detection(b, schema, datasets)
             entity_sql = resolve_field(b, efield, schema, datasets).sql
             rules.append(Rule(meta, "sigma", f, digest, etype, _single_event_detect(predicate, rid, etype, entity_sql),
                               _samples(nj.get("samples"), f, rid), stateful=False,

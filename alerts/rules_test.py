@@ -174,11 +174,17 @@ def _iso(ts) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["test", "list"], help="test: run every rule's samples; list: the rules")
+    parser.add_argument("action", choices=["test", "list", "check"],
+                        help="test: run every rule's samples; list: the rules; check PATH…: compile without running "
+                             "and say per rule compiled / not_applicable / refused (alerts/rules_check.py)")
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="check: rule files or folders (e.g. a SigmaHQ checkout); test/list: same as --rules")
+    parser.add_argument("--strict", action="store_true", help="check: exit 1 when a rule was refused")
     parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
                         help="rule file or directory (repeatable; default: the built-in rule pack)")
     parser.add_argument("-k", dest="only", metavar="RULE_ID", action="append", help="only these rule ids")
-    parser.add_argument("--json", action="store_true", help="list: one JSON object per rule (with its health)")
+    parser.add_argument("--json", action="store_true",
+                        help="list, check: one JSON object per rule (list: with its health)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -187,7 +193,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from core.spark_session import build_spark
 
-    paths = args.rules or [BUILTIN_RULES]
+    if args.action == "check":  # compile only: no Spark session
+        from alerts import rules_check
+
+        return rules_check.run(list(args.paths or []) + list(args.rules or []), args.json, args.strict, settings)
+    paths = (args.rules or []) + (args.paths or []) or [BUILTIN_RULES]
     for p in paths:
         if not p.exists():
             raise UserError(f"rules path {p} does not exist", exit_code=2)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from ipaddress import IPv4Network, IPv6Network
 from typing import Any
@@ -322,12 +322,17 @@ def resolve_field(rule: Any, sigma_field: str, schema: StructType,
     return ResolvedField(sigma_field, sigma_field, f"CASE {' '.join(branches)} END", typ)
 
 
-def compile_detection(rule: SigmaRule, schema: StructType, datasets: tuple[str, ...] | None = None) -> str:
+def compile_detection(rule: SigmaRule, schema: StructType, datasets: tuple[str, ...] | None = None,
+                      event_codes: Mapping[str, tuple[str, ...] | None] | None = None) -> str:
     """The rule's detection as a Spark SQL boolean expression over a DataFrame with ``schema``.
 
     Field names resolve for events of ``datasets`` (every dataset when None, see :func:`resolve_field`), and with
     ``datasets`` the expression only matches their events (``event.dataset IN (...)`` first): the datasets of the
     rule's logsource, :func:`alerts.logsource_map.logsource_datasets`.
+
+    ``event_codes`` (dataset -> event codes, None for every code; :class:`alerts.logsource_map.Scope`'s
+    ``codes``) narrows a dataset to those codes (``event.code IN (...)``): a Sysmon ``process_creation`` rule sees
+    Sysmon's event 1 only, not its network connections.
 
     Use it as ``df.where(F.expr(sql))``. The expression is never NULL. Several ``condition`` entries are
     OR-ed (Sigma's meaning of a condition list). Raises :class:`RuleCompileError` for a rule pySigma
@@ -335,7 +340,7 @@ def compile_detection(rule: SigmaRule, schema: StructType, datasets: tuple[str, 
     """
     if not isinstance(rule, SigmaRule):
         raise RuleCompileError(rule_label(rule), f"a {type(rule).__name__} is not a single-event Sigma rule")
-    return _Compiler(rule, schema, datasets).compile()
+    return _Compiler(rule, schema, datasets, dict(event_codes or {})).compile()
 
 
 def _type_name(typ: DataType) -> str:
@@ -360,6 +365,7 @@ class _Compiler:
     rule: SigmaRule
     schema: StructType
     datasets: tuple[str, ...] | None = None
+    event_codes: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     _items: dict[int, SigmaDetectionItem] = field(default_factory=dict)
     _next_var: int = 0
 
@@ -384,9 +390,19 @@ class _Compiler:
             parts.append(self._node(tree))
         body = parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
         if self.datasets is not None:
-            dataset = resolve_field(self.rule, "event.dataset", self.schema).sql
-            body = f"({dataset} IN ({', '.join(sql_string(d) for d in self.datasets)}) AND {body})"
+            body = f"({self._scope()} AND {body})"
         return f"coalesce({body}, false)"
+
+    def _scope(self) -> str:
+        """``event.dataset IN (...)``, with the datasets limited to event codes OR-ed in one by one."""
+        dataset = resolve_field(self.rule, "event.dataset", self.schema).sql
+        anycode = [d for d in self.datasets if not self.event_codes.get(d)]
+        parts = [f"{dataset} IN ({', '.join(sql_string(d) for d in anycode)})"] if anycode else []
+        if any(self.event_codes.get(d) for d in self.datasets):
+            code = resolve_field(self.rule, "event.code", self.schema).sql
+            parts += [f"({dataset} = {sql_string(d)} AND {code} IN ({', '.join(map(sql_string, codes))}))"
+                      for d in self.datasets if (codes := self.event_codes.get(d))]
+        return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
     def _index(self, detection: SigmaDetection) -> None:
         """Remember each value's detection item (for its modifiers) and check the modifiers once per item.

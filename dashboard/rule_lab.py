@@ -114,8 +114,8 @@ def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> 
     from sigma.correlations import SigmaCorrelationRule
     from sigma.rule import SigmaRule
 
-    from alerts.logsource_map import logsource_datasets
-    from alerts.rule_loader import attack_tags
+    from alerts.logsource_map import logsource_scope
+    from alerts.rule_loader import attack_tags, default_entity
     from alerts.sigma_compiler import compile_detection
 
     try:
@@ -141,8 +141,10 @@ def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> 
                         str(d.get("level") or ""), attack_tags([str(t) for t in d.get("tags") or []]))
         ent = nj.get("entity")
         rep.entity = (f"{ent.get('type', '?')}: {ent.get('field', '?')}" if isinstance(ent, dict) else str(ent or ""))
+        # a base rule alerts unless only its correlation does; without nightjar.entity the loader infers one
+        # (alerts.rule_loader.default_entity), as for a stock SigmaHQ rule
         rep.alerts = nj.get("enabled", True) is not False and (
-            is_corr or (bool(ent) and (name not in quiet or bool(nj.get("alert")))))
+            is_corr or name not in quiet or bool(nj.get("alert")))
         if rep.level and rep.level.lower() not in _LEVELS:
             rep.problems.append(f"level {rep.level!r} is not one of {', '.join(_LEVELS)}")
         try:
@@ -160,12 +162,14 @@ def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> 
             if not ent and not corr.get("group-by"):
                 rep.problems.append("no entity: set nightjar.entity or group-by")
         else:
-            if not ent and name not in quiet:
-                rep.problems.append("alerts on nothing: set nightjar.entity (e.g. {type: ip, field: source.ip}) "
-                                    "or reference it from a correlation")
             if compile_predicates and item is not None and not rep.problems:
                 try:
-                    rep.predicate = compile_detection(item, schema, logsource_datasets(item.logsource))
+                    scope = logsource_scope(item.logsource)
+                    rep.predicate = compile_detection(item, schema, None if scope is None else scope.datasets,
+                                                      None if scope is None else scope.codes)
+                    if not ent:
+                        etype, efield = default_entity(None if scope is None else scope.datasets)
+                        rep.entity = f"{etype}: {efield} (inferred)"
                 except Exception as exc:
                     rep.problems.append(f"does not compile: {_one_line(exc)}")
         out.append(rep)

@@ -38,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("nightjar.bench", "benchmarks that print throughput figures"),
     "cluster": ("nightjar.cluster", "a local Spark standalone cluster: `cluster up|down|status`"),
     "alerts": ("alerts.alerts_tail", "the alerts topic: `alerts tail` prints alerts as the SOC receives them"),
-    "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`"),
+    "rules": ("alerts.rules_test", "detection rules: `rules test` runs every rule's sample logs, `rules list`, `rules check PATH…` compiles"),
     "rebuild-events": ("nightjar.rebuild_events", "rebuild events, quarantine and dhcp_sessions from bronze with the "
                        "current parse (a lake of the old events contract)"),
     "backtest": ("alerts.backtest", "run the detection rules in batch over the events history"),
