@@ -44,6 +44,19 @@ def _run_as(argv0: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60, start_new_session=True)
 
 
+def _gone_soon(pid: int, within_s: float = 10.0) -> bool:
+    """True once ``pid`` is dead: a SIGKILLed process on a loaded machine still shows as running until it is
+    scheduled to die (the kill itself is not in doubt, only when the kernel gets to it)."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -69,7 +82,7 @@ def test_the_nth_pass_kills_the_whole_session_and_records_the_point(tmp_path: Pa
     assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "pass 2" in done.stdout and "survived" not in done.stdout  # not at the first pass, at the second
     sleeper = int(done.stdout.split()[1])
-    assert not _alive(sleeper), "the session's other processes are killed too"
+    assert _gone_soon(sleeper), "the session's other processes are killed too"
     assert (tmp_path / "faults.log").read_text().split()[:2] == ["batch.end", "2"]
 
 
