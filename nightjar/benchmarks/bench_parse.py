@@ -58,10 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the Windows-event-log vs sshd parse-rate comparison")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds of each of the Windows and sshd workloads, alternated (default 3)")
-    parser.add_argument("--codegen", action="store_true",
-                        help="time the batch parse with Spark's defaults (generated projections, every optimizer rule) "
-                             "instead of the settings the ingest query runs it with "
-                             "(core/spark_session.INGEST_QUERY_CONF)")
     parser.add_argument("--skip-cost", action="store_true",
                         help="skip the parse's cost figures (CPU per event, build + plan of a 2,000-line batch)")
     parser.add_argument("--json", action="store_true",
@@ -280,7 +276,7 @@ def bench_stream(spark, settings: Settings, topics: dict[str, str], n_records: i
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
+    from core.spark_session import build_spark
 
     if args.events <= 0 or args.max_offsets_per_trigger <= 0 or not 0 <= args.bad_percent <= 100 or args.rounds <= 0:
         raise UserError("--events, --rounds and --max-offsets-per-trigger must be positive, --bad-percent 0..100",
@@ -293,11 +289,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     records = workload(args.events, args.bad_percent)
     spark = build_spark(settings, app_name="nightjar-bench-parse")
-    # The batch figures measure the parse under the session settings the ingest query runs it with.
-    mode = {} if args.codegen else INGEST_QUERY_CONF
-    result["projections"] = "codegen" if args.codegen else "interpreted"
-    with session_conf(spark, mode):
-        batch_figures(args, settings, spark, records, result, show)
+    batch_figures(args, settings, spark, records, result, show)
     if not args.skip_cost:
         result |= cost_figures(spark, records, settings.max_record_bytes, args.rounds, show)
     if not args.skip_stream:
@@ -316,7 +308,7 @@ def batch_figures(args: argparse.Namespace, settings: Settings, spark, records: 
     rate, bad = bench_batch(spark, records, settings.max_record_bytes)
     result |= {"batch_events_per_s": rate, "batch_quarantined": bad}
     show(f"parse stage (batch):     {rate:>10,.0f} events/s  ({len(records):,} records, {bad:,} quarantined, "
-         f"{settings.spark_master}, {result['projections']} projections)")
+         f"{settings.spark_master})")
     if not args.skip_windows:
         figures = bench_windows_vs_sshd(spark, min(args.events, 100_000), settings.max_record_bytes, args.rounds)
         result |= figures

@@ -685,7 +685,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     from alerts.detection_input import detection_input, events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
     from alerts.window_aggregator import run_windowed
-    from core.spark_session import INGEST_QUERY_CONF, build_spark, session_conf
+    from core.spark_session import build_spark
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
@@ -749,40 +749,36 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
                 return
             Out.status(f"stages: {name}: {cum[name]:.1f}s")
 
-        # The ingest query runs the parse, attribution, joins, writes and single-event rules with its own settings
-        # (interpreted projections, excluded optimizer rules, no subexpression cache: core/spark_session); the
-        # correlations run in the windowed query with the session's defaults. Time each stage the way it runs.
-        with session_conf(spark, INGEST_QUERY_CONF):
-            # Warm-up on a slice (code generation, Python workers), so the first stage timed does not pay for it.
-            sample = bronze.limit(1000)
-            noop(attribute_batch(parse_bronze(sample, max_record_bytes=settings.max_record_bytes), networks))
-            step("parse+attribution", lambda: noop(unified()))
-            cached_unified = unified().persist()
-            cached_unified.count()
-            # The ingest batch's shape: the operator's attributed rows, decoded into events (events_from).
-            step("parse", lambda: noop(parsed()))
-            step("attributed events", lambda: noop(events_from(cached_unified)))
-            step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
-            events = enrich_static(events_from(cached_unified), ref).persist()
-            events.count()
+        # Warm-up on a slice (code generation, Python workers), so the first stage timed does not pay for it.
+        sample = bronze.limit(1000)
+        noop(attribute_batch(parse_bronze(sample, max_record_bytes=settings.max_record_bytes), networks))
+        step("parse+attribution", lambda: noop(unified()))
+        cached_unified = unified().persist()
+        cached_unified.count()
+        # The ingest batch's shape: the operator's attributed rows, decoded into events (events_from).
+        step("parse", lambda: noop(parsed()))
+        step("attributed events", lambda: noop(events_from(cached_unified)))
+        step("attributed events+joins", lambda: noop(enrich_static(events_from(cached_unified), ref)))
+        events = enrich_static(events_from(cached_unified), ref).persist()
+        events.count()
 
-            def single_rules() -> int:
-                ev = detection_input(events)
-                parts = [r.detect(ev) for r in single]
-                if not parts:
-                    return 0
-                c = parts[0]
-                for p in parts[1:]:
-                    c = c.unionByName(p)
-                return len(c.collect())
+        def single_rules() -> int:
+            ev = detection_input(events)
+            parts = [r.detect(ev) for r in single]
+            if not parts:
+                return 0
+            c = parts[0]
+            for p in parts[1:]:
+                c = c.unionByName(p)
+            return len(c.collect())
 
-            def correlations() -> int:
-                ev = detection_input(events)
-                found = len(run_windowed(ev, [r.windowed for r in windowed]).collect()) if windowed else 0
-                return found + sum(len(r.detect(ev).collect()) for r in own)
+        def correlations() -> int:
+            ev = detection_input(events)
+            found = len(run_windowed(ev, [r.windowed for r in windowed]).collect()) if windowed else 0
+            return found + sum(len(r.detect(ev).collect()) for r in own)
 
-            step("write", lambda: write_batch(events, scratch / "events", "bench-stages", 0))
-            step("single", single_rules)
+        step("write", lambda: write_batch(events, scratch / "events", "bench-stages", 0))
+        step("single", single_rules)
         step("correlations", correlations)
         events.unpersist()
         cached_unified.unpersist()
