@@ -61,21 +61,8 @@ def contract_schema() -> StructType:
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_type
+    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
 
-    root: dict = {}
-    for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS):
-        parts = [f.path] if f.path.startswith("@") else f.path.split(".")
-        node = root
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = arrow_type(f.type)
-
-    def field(name: str, node: dict | pa.DataType) -> pa.Field:
-        if isinstance(node, dict):
-            return pa.field(name, pa.struct([field(n, c) for n, c in node.items()]))
-        return pa.field(name, node)
-
-    arrow = pa.schema([*(field(n, c) for n, c in root.items()),
-                       pa.field(EVENT_TIME_COLUMN, pa.timestamp("us", tz="UTC"))])
+    columns = arrow_schema((*CORE_FIELDS, *ENRICHMENT_FIELDS))
+    arrow = columns.append(pa.field(EVENT_TIME_COLUMN, pa.timestamp("us", tz="UTC")))
     return from_arrow_schema(arrow)

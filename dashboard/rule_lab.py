@@ -56,36 +56,11 @@ def events_schema(lake: Path | None):
 
 def contract_schema():
     """The ``events`` columns the contract declares (core + enrichment), as a Spark StructType, with no session."""
-    from pyspark.sql.types import (
-        ArrayType,
-        BooleanType,
-        DoubleType,
-        IntegerType,
-        LongType,
-        MapType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS
+    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
 
-    types = {"string": StringType(), "int": IntegerType(), "bigint": LongType(), "double": DoubleType(),
-             "boolean": BooleanType(), "timestamp": TimestampType(), "array<string>": ArrayType(StringType()),
-             "map<string,string>": MapType(StringType(), StringType())}
-    tree: dict = {}
-    for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS):
-        parts = [f.path] if f.path.startswith("@") else f.path.split(".")
-        node = tree
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = types[f.type.replace(" ", "")]
-
-    def struct(node: dict) -> StructType:
-        return StructType([StructField(k, struct(v) if isinstance(v, dict) else v) for k, v in node.items()])
-
-    return struct(tree)
+    return from_arrow_schema(arrow_schema((*CORE_FIELDS, *ENRICHMENT_FIELDS)))
 
 
 def _pack_rule_names() -> set[str]:

@@ -40,7 +40,7 @@ from enrich.reference_data import (
     RANGE_START,
     ReferenceData,
 )
-from ingest.events_contract import ENRICHMENT_FIELDS
+from ingest.events_contract import ENRICHMENT_FIELDS, path_tree
 
 ENRICHMENT_TYPES: dict[str, str] = {f.path: f.type for f in ENRICHMENT_FIELDS}
 
@@ -96,18 +96,6 @@ def _field(df: DataFrame, path: str) -> Column:
             return F.lit(None).cast(StringType())
         typ = typ[part].dataType
     return F.col(path)
-
-
-def _tree(paths: list[str]) -> dict[str, Any]:
-    """Dotted paths nested as ECS nests them: ``{"source": {"geo": {"name": "source.geo.name"}}, ...}``."""
-    root: dict[str, Any] = {}
-    for path in paths:
-        *parents, leaf = path.split(".")
-        node = root
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = path
-    return root
 
 
 def _nested(node: dict[str, Any] | str, values: dict[str, Column]) -> Column:
@@ -245,7 +233,7 @@ def enrich_static(events: DataFrame, ref: ReferenceData) -> DataFrame:
                              f"{sorted(set(values) ^ set(ENRICHMENT_TYPES))}")
     original = F.col(row)
     added: dict[str, Column] = {}
-    for column, node in _tree([f.path for f in ENRICHMENT_FIELDS]).items():
+    for column, node in path_tree([f.path for f in ENRICHMENT_FIELDS]).items():
         if column in events.columns:
             added[column] = _merged(events, original, column, {n: _nested(c, values) for n, c in node.items()})
         else:

@@ -160,7 +160,7 @@ def arrow_type(ddl: str) -> pa.DataType:
         raise ValueError(f"type {ddl!r} is not one the events contract uses ({', '.join(_ARROW_ATOMIC)})") from None
 
 
-def _tree(paths: Sequence[str]) -> dict[str, Any]:
+def path_tree(paths: Sequence[str]) -> dict[str, Any]:
     """``{"source": {"ip": "source.ip", ...}, "@timestamp": "@timestamp", ...}`` (leaves are the dotted paths)."""
     root: dict[str, Any] = {}
     for path in paths:
@@ -176,22 +176,29 @@ def _tree(paths: Sequence[str]) -> dict[str, Any]:
     return root
 
 
-_CORE_TREE = _tree(CORE_PATHS)
+_CORE_TREE = path_tree(CORE_PATHS)
 CORE_COLUMNS: tuple[str, ...] = tuple(_CORE_TREE)
 
 
-def _arrow_field(name: str, node: dict[str, Any] | str) -> pa.Field:
-    if isinstance(node, str):
-        return pa.field(name, arrow_type(CORE_TYPES[node]))
-    return pa.field(name, pa.struct([_arrow_field(n, child) for n, child in node.items()]))
+def arrow_schema(fields: Iterable[CoreField]) -> pa.Schema:
+    """``fields`` nested as ECS nests them, as an Arrow schema (a Spark one: ``from_arrow_schema`` of it)."""
+    fields = tuple(fields)
+    types = {f.path: arrow_type(f.type) for f in fields}
+
+    def field(name: str, node: dict[str, Any] | str) -> pa.Field:
+        if isinstance(node, str):
+            return pa.field(name, types[node])
+        return pa.field(name, pa.struct([field(n, child) for n, child in node.items()]))
+
+    return pa.schema([field(n, node) for n, node in path_tree([f.path for f in fields]).items()])
 
 
-CORE_ARROW_SCHEMA: pa.Schema = pa.schema([_arrow_field(n, node) for n, node in _CORE_TREE.items()])
+CORE_ARROW_SCHEMA: pa.Schema = arrow_schema(CORE_FIELDS)
 
 
 def spark_ddl(fields: Iterable[CoreField] = CORE_FIELDS) -> str:
     """The Spark DDL schema string (``` `@timestamp` timestamp, event struct<id: string, ...>, ...```)."""
-    tree = _tree([f.path for f in fields])
+    tree = path_tree([f.path for f in fields])
     types = {f.path: f.type for f in fields}
 
     def ddl(name: str, node: dict[str, Any] | str) -> str:
