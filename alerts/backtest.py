@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from alerts.alert_builder import AlertBuilder
 from alerts.alert_schema import ALERT_SCHEMA
 from alerts.detection_input import detection_input, events_schema
-from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules
+from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules, not_applicable_line
+from alerts.single_event_pass import single_event_candidates_all
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
 from core.durations import parse_time
 from core.errors import UserError
@@ -59,8 +60,13 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
     prepared = detection_input(events).cache()
     try:
         candidates: list[dict] = []
+        single = [r for r in rules if not r.stateful]
+        if single:  # every single-event rule in a few passes (a SigmaHQ checkout is thousands of rules)
+            candidates.extend(r.asDict(recursive=True)
+                              for r in single_event_candidates_all(prepared, single).collect())
         for rule in rules:
-            candidates.extend(r.asDict(recursive=True) for r in rule.detect(prepared).collect())
+            if rule.stateful:
+                candidates.extend(r.asDict(recursive=True) for r in rule.detect(prepared).collect())
     finally:
         prepared.unpersist()
     builder = AlertBuilder({r.rule_id: r.meta for r in rules})
@@ -89,7 +95,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     spark = build_spark(settings, app_name="nightjar-backtest")
     rules, errors = load_rules(paths, events_schema(spark))
     for e in errors:
-        print(f"ERROR {e} (skipped)", file=sys.stderr)
+        if not e.not_applicable:
+            print(f"ERROR {e} (skipped)", file=sys.stderr)
+    if line := not_applicable_line(errors):
+        print(line, file=sys.stderr)
     events = read_events(spark, settings.lake)
     t0 = time.monotonic()
     alerts = backtest(spark, events, rules, start, end)

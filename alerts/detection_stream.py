@@ -6,7 +6,8 @@ Where each kind of rule runs (why: docs/performance.md):
 - **single-event rules** (Sigma detections without a correlation) run inside the ingest query's micro-batch, on
   the enriched events it has just written (:class:`SingleEventDetector`): no second hop through Delta, so an IOC
   hit or a sudo by a non-admin alerts in the same micro-batch that parsed it. The rules current at each batch
-  apply: a rule file added, changed or disabled takes effect from the next batch, no restart.
+  apply: a rule file added, changed or disabled takes effect from the next batch, no restart. They run together,
+  a few passes per batch (:mod:`alerts.single_event_pass`), so a SigmaHQ checkout's thousands of rules plan.
 - **windowed rules** (Sigma correlations and windowed Python rules) run together in one streaming query over the
   ``events`` table (:func:`start_windowed`): one read and one aggregation for all of them
   (:mod:`alerts.window_aggregator`). When the rule files change the query restarts on the same checkpoint; the
@@ -43,7 +44,8 @@ from pyspark.sql.streaming import StreamingQuery
 from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.alert_sink import publish_alerts
 from alerts.detection_input import detection_input, events_schema
-from alerts.rule_loader import Rule, RuleError, load_rules, rule_files
+from alerts.rule_loader import Rule, RuleError, load_rules, not_applicable_line, rule_files
+from alerts.single_event_pass import single_event_candidates_all
 from alerts.window_aggregator import RULE, aggregate, finish
 from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
@@ -323,10 +325,14 @@ class RuleSet:
         rules, errors = load_rules(self.paths, self.schema)
         known = {str(x) for x in self.errors}
         for e in errors:
+            if e.not_applicable:  # nothing to read, nothing wrong: one line below, no health entry
+                continue
             if str(e) not in known:
                 log.error("rule skipped: %s", e)
             if e.rule:
                 self.health.disabled(e.rule, e.problem)
+        if (line := not_applicable_line(errors)) and line != not_applicable_line(self.errors):
+            log.info("%s", line)
         with self._lock:
             self.errors = errors
             # a rule disabled at run time stays disabled until its definition changes
@@ -339,7 +345,8 @@ class RuleSet:
             self.own_query = [r for r in active if r.stateful and r.windowed is None]
         self.health.forget({r.rule_id for r in rules} | {e.rule for e in errors if e.rule})
         log.info("rules loaded: %d single-event, %d windowed, %d with their own query, %d problem(s)",
-                 len(self.single_event), len(self.windowed), len(self.own_query), len(errors))
+                 len(self.single_event), len(self.windowed), len(self.own_query),
+                 sum(not e.not_applicable for e in errors))
         return True
 
     def disable(self, rule: Rule, error: str) -> None:
@@ -383,11 +390,7 @@ class SingleEventDetector:
             return 0
         self.folder.set_rules(self.ruleset.metas(rules))
         self.ruleset.health.track(ids, self.QUERY)
-        ev = detection_input(events)
-        parts = [r.detect(ev) for r in rules]
-        cands = parts[0]
-        for p in parts[1:]:
-            cands = cands.unionByName(p)
+        cands = single_event_candidates_all(detection_input(events), rules)
         try:
             rows = [r.asDict(recursive=True) for r in cands.collect()]
         except Exception as exc:

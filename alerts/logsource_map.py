@@ -121,6 +121,9 @@ def _windows(service: str | None, category: str | None, known: set[str]) -> dict
     return out
 
 
+NOT_APPLICABLE_PREFIX = "not applicable"  # how a NotApplicable's message (and the RuleError made of it) starts
+
+
 class NotApplicable(ValueError):
     """A logsource no dataset of the registry serves: the rule cannot run on these events."""
 
@@ -154,7 +157,7 @@ def logsource_scope(logsource: Any, registry: Iterable[str] | None = None) -> Sc
     if not present:
         parts = ", ".join(f"{k}: {v}" for k, v in (("product", product), ("service", service), ("category", category))
                           if v)
-        raise NotApplicable(f"not applicable: logsource {{{parts}}} maps to no dataset Nightjar parses "
+        raise NotApplicable(f"{NOT_APPLICABLE_PREFIX}: logsource {{{parts}}} maps to no dataset Nightjar parses "
                             "(see alerts/logsource_map.py and docs/fields.md)")
     return Scope(present)
 

@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 # to list the rules, and a page view must not load them.
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
 from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
+from alerts.logsource_map import NOT_APPLICABLE_PREFIX
 from core.durations import parse_duration as parse
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,19 @@ class RuleError(Exception):
         where = f"{self.file}: rule {rule!r}" if rule else self.file
         super().__init__(f"{where}: {problem}")
 
+    @property
+    def not_applicable(self) -> bool:
+        """The rule's logsource is not a log Nightjar parses: nothing is wrong with it, it has nothing to read."""
+        return self.problem.startswith(NOT_APPLICABLE_PREFIX)
+
+
+def not_applicable_line(errors: Iterable[RuleError]) -> str | None:
+    """One line for the rules whose logsource Nightjar does not parse (None when there is none): a SigmaHQ checkout
+    holds hundreds (macOS, cloud, auditd …), which are not errors and are not listed one by one."""
+    n = sum(e.not_applicable for e in errors)
+    return (f"{n} rule(s) not applicable: their logsource is not a log Nightjar parses "
+            "(`nightjar rules check PATH` lists them)") if n else None
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -75,6 +89,16 @@ class Samples:
     positive: tuple[Sample, ...] = ()
     negative: tuple[Sample, ...] = ()
     reference: dict[str, list[dict]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SingleMatch:
+    """A single-event Sigma rule's compiled SQL, so that many rules run over a batch in a few passes
+    (:mod:`alerts.single_event_pass`) instead of one plan branch each."""
+
+    scope: str | None  # the logsource's events (``event.dataset IN (...)``); None: every event
+    predicate: str  # the whole match, scope included; never NULL
+    entity_sql: str  # the alert's entity value
 
 
 @dataclass(frozen=True)
@@ -95,6 +119,7 @@ class Rule:
     # Stateful rules the shared windowed aggregation runs (alerts/window_aggregator.py); None for a Python rule
     # with its own detect(), which runs in a query of its own.
     windowed: object = None
+    match: SingleMatch | None = None  # a single-event Sigma rule's SQL (None for the other kinds)
 
     @property
     def rule_id(self) -> str:
@@ -208,13 +233,19 @@ def single_event_candidates(matched: DataFrame, rule_id: str, entity_type: str,
     ``entity_field``: a field name (read through :func:`ingest.field_resolver.column`) or the Column to read."""
     from ingest.field_resolver import column
 
+    value = column(entity_field) if isinstance(entity_field, str) else entity_field
+    return candidates_of(matched, F.lit(rule_id), F.lit(entity_type), value)
+
+
+def candidates_of(matched: DataFrame, rule_id: Column, entity_type: Column, entity_value: Column) -> DataFrame:
+    """Matched events -> candidates of the alert schema, the rule and entity given as columns (one or many rules)."""
     ts = F.col("`@timestamp`")
-    value = (column(entity_field) if isinstance(entity_field, str) else entity_field).cast("string")
+    value = entity_value.cast("string")
     host = F.coalesce(F.col("host.name"), F.col("host.hostname")) if "host" in matched.columns else F.lit(None)
     user = F.col("user.name") if "user" in matched.columns else F.lit(None)
     out = matched.where(value.isNotNull() & ts.isNotNull()).select(
-        F.lit(rule_id).alias("rule_id"),
-        F.struct(F.lit(entity_type).alias("type"), value.alias("value")).alias("entity"),
+        rule_id.alias("rule_id"),
+        F.struct(entity_type.alias("type"), value.alias("value")).alias("entity"),
         ts.alias("window_start"), ts.alias("window_end"), ts.alias("first_seen"), ts.alias("last_seen"),
         F.lit(1).cast("long").alias("event_count"),
         F.array(F.col("event.id")).alias("evidence"),
@@ -251,7 +282,7 @@ def load_rules(paths: Iterable[Path], schema: StructType,
 
     from alerts.correlation_compiler import compile_correlation, correlation_rule, update_mode_safe
     from alerts.logsource_map import NotApplicable, Scope, logsource_scope
-    from alerts.sigma_compiler import compile_detection, resolve_field
+    from alerts.sigma_compiler import compile_detection, compile_scope, resolve_field
 
     def scope_of(rule: SigmaRule, file: Path) -> Scope | None:
         """The events of ``rule``'s logsource (None: every one); a logsource no dataset serves is a RuleError."""
@@ -265,6 +296,10 @@ def load_rules(paths: Iterable[Path], schema: StructType,
         scope = scope_of(rule, file)
         datasets = None if scope is None else scope.datasets
         return compile_detection(rule, schema, datasets, None if scope is None else scope.codes), datasets
+
+    def scope_sql(rule: SigmaRule, file: Path) -> str | None:
+        scope = scope_of(rule, file)
+        return None if scope is None else compile_scope(rule, schema, scope.datasets, scope.codes)
 
     errors: list[RuleError] = []
     rules: list[Rule] = []
@@ -367,7 +402,8 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             entity_sql = resolve_field(b, efield, schema, datasets).sql
             rules.append(Rule(meta, "sigma", f, digest, etype, _single_event_detect(predicate, rid, etype, entity_sql),
                               _samples(nj.get("samples"), f, rid), stateful=False,
-                              description=str(getattr(b, "description", "") or "")))
+                              description=str(getattr(b, "description", "") or ""),
+                              match=SingleMatch(scope_sql(b, f), predicate, entity_sql)))
         except RuleError as exc:
             errors.append(exc)
         except Exception as exc:

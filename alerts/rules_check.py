@@ -28,7 +28,6 @@ from core.config import Settings
 from core.errors import UserError
 
 STATUSES = ("compiled", "not_applicable", "refused")
-NOT_APPLICABLE_PREFIX = "not applicable"
 
 
 @dataclass(frozen=True)
@@ -91,6 +90,7 @@ def check(paths: Iterable[Path], settings: Settings | None = None) -> list[RuleC
     Columns when they load, which needs a session: one (local, per ``settings``) is started only when the paths
     hold such a rule. Raises FileNotFoundError for a path that does not exist."""
     from alerts.detection_input import contract_schema
+    from alerts.logsource_map import NOT_APPLICABLE_PREFIX
     from alerts.rule_loader import load_rules, rule_files
 
     paths = [Path(p) for p in paths]

@@ -190,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
     from alerts.detection_stream import read_rule_health
-    from alerts.rule_loader import BUILTIN_RULES, load_rules
+    from alerts.rule_loader import BUILTIN_RULES, load_rules, not_applicable_line
     from core.spark_session import build_spark
 
     if args.action == "check":  # compile only: no Spark session
@@ -204,7 +204,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     spark = build_spark(settings.with_(shuffle_partitions=2), app_name="nightjar-rules-test")
     rules, errors = load_rules(paths, events_schema(spark))
     for e in errors:
-        print(f"ERROR {e}", file=sys.stderr)
+        if not e.not_applicable:
+            print(f"ERROR {e}", file=sys.stderr)
+    if line := not_applicable_line(errors):
+        print(line, file=sys.stderr)
+    errors = [e for e in errors if not e.not_applicable]
     if args.only:
         rules = [r for r in rules if r.rule_id in set(args.only)]
         if not rules:

@@ -343,6 +343,13 @@ def compile_detection(rule: SigmaRule, schema: StructType, datasets: tuple[str, 
     return _Compiler(rule, schema, datasets, dict(event_codes or {})).compile()
 
 
+def compile_scope(rule: SigmaRule, schema: StructType, datasets: tuple[str, ...],
+                  event_codes: Mapping[str, tuple[str, ...] | None] | None = None) -> str:
+    """The part of :func:`compile_detection`'s expression that selects the logsource's events: rules with the same
+    scope read the same events, so a batch evaluates them together (:mod:`alerts.single_event_pass`)."""
+    return _Compiler(rule, schema, datasets, dict(event_codes or {}))._scope()
+
+
 def _type_name(typ: DataType) -> str:
     return typ.simpleString()
 

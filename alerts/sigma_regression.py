@@ -6,7 +6,7 @@ must match: ``regression_data/rules/<…>/<rule>/info.yml`` names the rule id an
 ``match_count``), beside the ``.evtx`` file and its evtx JSON rendering ``<id>.json``. This module reads them in place
 and, in batch, takes each event through the pipeline's steps — the Windows source's parse (``.evtx`` records via
 :mod:`ingest.capture_files`, the JSON compacted to one line), the static enrichment, :func:`detection_input` — and
-runs the rule's compiled ``detect`` (the loader's :class:`~alerts.rule_loader.Rule`, as ``nightjar backtest`` does).
+runs the rules' compiled predicates as ``nightjar backtest`` and the stream do (:mod:`alerts.single_event_pass`).
 
 Per test and input form (``evtx`` / ``json``) the verdict is ``matched``, ``not_matched`` (with why: the event did
 not parse, or it is outside the rule's logsource scope, or the detection is false on it), or ``not_compiled`` (the
@@ -118,6 +118,7 @@ def run_cases(spark, rules_root: Path, regression_root: Path) -> list[Verdict]:
     from alerts.detection_input import contract_schema, detection_input
     from alerts.logsource_map import NotApplicable, logsource_scope
     from alerts.rule_loader import load_rules
+    from alerts.single_event_pass import single_event_candidates_all
     from enrich.reference_data import reference_from_tables
     from enrich.static_joins import enrich_static
     from ingest.arrow_parse import events_of, parse_bronze, quarantine_of
@@ -145,13 +146,9 @@ def run_cases(spark, rules_root: Path, regression_root: Path) -> list[Verdict]:
 
     hits: Counter[tuple[str, int]] = Counter()
     applicable = [by_id[c.rule_id] for c in all_cases if c.rule_id in by_id]
-    frames = [r.detect(enriched).select("rule_id", F.explode("evidence").alias("eid"))
-              for r in {r.rule_id: r for r in applicable}.values()]
-    if frames:
-        union = frames[0]
-        for f in frames[1:]:
-            union = union.unionByName(f)
-        for r in union.collect():
+    found = single_event_candidates_all(enriched, list({r.rule_id: r for r in applicable}.values()))
+    if found is not None:
+        for r in found.select("rule_id", F.explode("evidence").alias("eid")).collect():
             if r["eid"] in case_of:
                 hits[(r["rule_id"], case_of[r["eid"]])] += 1
     enriched.unpersist()

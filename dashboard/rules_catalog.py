@@ -14,6 +14,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -63,6 +64,19 @@ def _tactics(tags) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _applicable(logsource: object) -> bool:
+    """Whether a Sigma ``logsource`` mapping reads events Nightjar parses (:mod:`alerts.logsource_map`)."""
+    from alerts.logsource_map import NotApplicable, logsource_scope
+
+    if not isinstance(logsource, dict):
+        return False
+    try:
+        logsource_scope(SimpleNamespace(**{k: logsource.get(k) for k in ("product", "service", "category")}))
+    except NotApplicable:
+        return False
+    return True
+
+
 def load_catalog(paths: tuple[Path, ...] | list[Path] = ()) -> list[RuleInfo]:
     """Every alerting rule under ``paths`` (default: :func:`rule_paths`), disabled ones included
     (``enabled=False``); a file that cannot be read is logged and skipped."""
@@ -96,7 +110,10 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = ()) -> list[RuleInfo]:
             rid = str(d.get("name") or d.get("id") or d.get("title") or "?")
             is_corr = "correlation" in d
             if not is_corr:
-                if not nj.get("entity"):
+                # A rule without a `nightjar:` block (a stock SigmaHQ rule) runs with an inferred entity, as the
+                # loader does, when its logsource is one Nightjar parses; one that is not applicable never runs
+                # and must not count as coverage.
+                if not nj.get("entity") and not _applicable(d.get("logsource")):
                     continue
                 if (rid in quiet or str(d.get("id")) in quiet) and not nj.get("alert"):
                     continue

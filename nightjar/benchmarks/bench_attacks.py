@@ -1,0 +1,217 @@
+"""``nightjar bench attacks``: recorded attacks replayed through the whole pipeline — which are detected?
+
+The OTRF Security Datasets (https://github.com/OTRF/Security-Datasets, MIT) are real Windows event logs of known
+attacks (Mimikatz, Rubeus, PsExec, LOLBins, …), each a capture (``.zip``, ``.tar.gz``, ``.evtx`` …) listed in a
+``manifest.json`` with its ATT&CK techniques and tactics. This benchmark replays every capture into one fresh lake
+on an embedded broker (``nightjar replay``'s code, one capture after the other), runs ``nightjar run
+--available-now`` with the rules given (default: the built-in pack), then reads the ``alerts`` table and reports:
+
+- per dataset: its events, the alerts whose evidence holds one of its events, the rules that fired, and whether
+  one of those alerts is tagged with the dataset's technique, its parent (``T1003`` for ``T1003.001``) or a
+  sub-technique ("detected");
+- the detected rate overall and per tactic, the alerts per rule, and the pipeline's events/s for the run.
+
+An alert is traced to its dataset through its evidence: an event's id is a hash of its Kafka coordinates
+(:func:`ingest.sources.record_parser.event_id`), and each capture's records occupy the offsets its replay added.
+
+    nightjar bench attacks --otrf ../shared/corpus/otrf-security-datasets \\
+        --rules alerts/rule_pack --rules ../shared/corpus/sigmahq/rules
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from alerts.rule_loader import BUILTIN_RULES
+from core.config import RAW_TOPICS, TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
+from core.errors import UserError
+from ingest.sources.record_parser import event_id
+from nightjar.benchmarks.bench_pipeline import (
+    Bench,
+    KafkaEnds,
+    Out,
+    _count,
+    _progress,
+    _tail,
+    load_text,
+    log_problems,
+    run_bench,
+    table_rows,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--otrf", type=Path, required=True, metavar="DIR",
+                        help="the datasets folder: manifest.json (file, title, attack_techniques, attack_tactics per "
+                             "entry) beside the captures it names")
+    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
+                        help="rule file or directory (repeatable; default: the built-in rule pack). Give the pack too "
+                             "to run both: --rules alerts/rule_pack --rules SIGMAHQ/rules")
+    parser.add_argument("--only", type=int, metavar="N", help="the manifest's first N datasets (a quick look)")
+    parser.add_argument("--run-timeout", type=float, default=3600.0,
+                        help="stop `nightjar run --available-now` after this many seconds (default 3600)")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="one JSON object with every figure: on stdout (tables go to stderr), or to FILE")
+    parser.add_argument("--keep-lake", action="store_true", help="keep the benchmark's lake and logs")
+
+
+@dataclass
+class DatasetResult:
+    file: str
+    title: str
+    techniques: list[str]
+    tactics: list[str]
+    records: int = 0  # what the replay sent
+    alerts: int = 0  # alerts with one of its events in evidence
+    rules_fired: list[str] = field(default_factory=list)
+    detecting_rules: list[str] = field(default_factory=list)  # fired rules tagged with one of its techniques
+    detected: bool = False
+
+
+def related(a: str, b: str) -> bool:
+    """Same ATT&CK technique, or one is the other's parent (``T1003`` / ``T1003.001``)."""
+    a, b = a.upper(), b.upper()
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def read_manifest(root: Path) -> list[dict[str, Any]]:
+    path = root / "manifest.json"
+    if not path.is_file():
+        raise UserError(f"no manifest.json in {root}: --otrf takes the datasets folder (see --help)", exit_code=2)
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}", exit_code=2) from None
+    missing = [e.get("file") for e in manifest if not (root / str(e.get("file"))).is_file()]
+    if missing:
+        raise UserError(f"{path} names {len(missing)} capture(s) not found under {root}, e.g. {missing[0]}",
+                        exit_code=2)
+    return manifest
+
+
+def attribute(alerts: list[dict], ranges: list[dict[str, dict[int, tuple[int, int]]]]) -> list[list[dict]]:
+    """The alerts (first revisions) whose evidence holds an event of each dataset (``ranges``: per dataset, the
+    offsets ``[start, end)`` its replay added per topic and partition)."""
+    owner: dict[str, int] = {}
+    for i, by_topic in enumerate(ranges):
+        for topic, parts in by_topic.items():
+            for partition, (start, end) in parts.items():
+                for offset in range(start, end):
+                    owner[event_id(topic, partition, offset)] = i
+    out: list[list[dict]] = [[] for _ in ranges]
+    for a in alerts:
+        for i in sorted({owner[e] for e in a["evidence"] if e in owner}):
+            out[i].append(a)
+    return out
+
+
+def attacks(bench: Bench) -> dict[str, Any]:
+    from ingest.replay import replay
+
+    args = bench.args
+    manifest = read_manifest(args.otrf)[:args.only]
+    rules = [p.resolve() for p in (args.rules or [BUILTIN_RULES])]
+    for p in rules:
+        if not p.exists():
+            raise UserError(f"rules path {p} does not exist", exit_code=2)
+    settings, lake = bench.fresh("attacks")
+    ends = KafkaEnds(settings, RAW_TOPICS)
+    ranges: list[dict[str, dict[int, tuple[int, int]]]] = []
+    results: list[DatasetResult] = []
+    t0 = time.monotonic()
+    try:
+        before = ends.ends()
+        for k, entry in enumerate(manifest, 1):
+            sent = replay(settings, [args.otrf / entry["file"]], progress=False)
+            after = ends.ends()
+            ranges.append({t: {p: (before.get(t, {}).get(p, 0), end) for p, end in parts.items()
+                               if end > before.get(t, {}).get(p, 0)} for t, parts in after.items()})
+            before = after
+            results.append(DatasetResult(entry["file"], str(entry.get("title", "")),
+                                         list(entry.get("attack_techniques") or []),
+                                         list(entry.get("attack_tactics") or []), records=sent.delivered))
+            Out.status(f"attacks: replayed {k}/{len(manifest)} {entry['file']} ({sent.delivered:,} records)")
+    finally:
+        ends.close()
+    replay_s = time.monotonic() - t0
+    records = sum(r.records for r in results)
+
+    run_args = ["--available-now"] + [x for p in rules for x in ("--rules", str(p))]
+    Out.status(f"attacks: nightjar run --available-now over {records:,} records with {', '.join(map(str, rules))}")
+    t0, wall0 = time.monotonic(), time.time()
+    proc = bench.children.start("attacks-run", bench.run_args(settings, *run_args))
+
+    def status() -> str:
+        rows = [p for p in _progress(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
+        return (f"{time.monotonic() - t0:.0f}s, ingest {len(rows)} batches / "
+                f"{sum(p['num_input_rows'] for p in rows):,} of {records:,} records")
+
+    rc = bench.wait("attacks-run", proc, "pipeline", status, timeout_s=args.run_timeout)
+    run_s = time.monotonic() - t0
+    bench.children.procs.pop("attacks-run", None)
+    if rc != 0:
+        raise UserError(f"`nightjar run --available-now` {'timed out' if rc is None else f'exited with {rc}'}; "
+                        f"its log ({bench.children.log('attacks-run')}) ends:\n{_tail(bench.children.log('attacks-run'))}")
+
+    alerts = [a for a in table_rows(lake, TABLE_ALERTS, ["rule_id", "revision", "tags", "evidence"])
+              if a["revision"] == 1]
+    for res, found in zip(results, attribute(alerts, ranges), strict=True):
+        res.alerts = len(found)
+        res.rules_fired = sorted({a["rule_id"] for a in found})
+        res.detecting_rules = sorted({a["rule_id"] for a in found
+                                      if any(related(t, d) for t in a["tags"] or [] for d in res.techniques)})
+        res.detected = bool(res.detecting_rules)
+    tactics: dict[str, list[bool]] = defaultdict(list)
+    for res in results:
+        for tactic in res.tactics or ["(none)"]:
+            tactics[tactic].append(res.detected)
+    ingest = [p for p in _progress(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
+    counts = {t: _count(lake, t) for t in (TABLE_EVENTS, TABLE_QUARANTINE)}
+    detected = sum(r.detected for r in results)
+    return {
+        "datasets": len(results), "detected": detected, "detected_rate": round(detected / max(len(results), 1), 3),
+        "per_tactic": {t: {"datasets": len(v), "detected": sum(v), "rate": round(sum(v) / len(v), 3)}
+                       for t, v in sorted(tactics.items())},
+        "records": records, "replay_s": round(replay_s, 1), "run_s": round(run_s, 1),
+        "events_per_s": round(records / run_s, 1), "ingest_batches": len(ingest), **counts,
+        "alerts": len(alerts), "alerts_by_rule": dict(Counter(a["rule_id"] for a in alerts).most_common()),
+        "rules": [str(p) for p in rules], "per_dataset": [asdict(r) for r in results],
+        "log_problems": log_problems(bench.children.log("attacks-run")),
+        "load_average_run": bench.load.summary(wall0, wall0 + run_s),
+    }
+
+
+def _print(out: Out, r: dict[str, Any]) -> None:
+    out.say(f"attacks: {r['records']:,} records from {r['datasets']} captures; nightjar run --available-now "
+            f"{r['run_s']:.0f}s = {r['events_per_s']:,.0f} events/s ({r['ingest_batches']} ingest batches; "
+            f"{r[TABLE_EVENTS]:,} events, {r[TABLE_QUARANTINE]:,} quarantined; {load_text(r['load_average_run'])})")
+    out.say(f"  detected (an alert tagged with the dataset's technique): {r['detected']} of {r['datasets']} "
+            f"= {r['detected_rate']:.0%}; {r['alerts']:,} alerts")
+    out.say(f"  {'tactic':10} {'datasets':>8} {'detected':>8} {'rate':>6}")
+    for tactic, t in r["per_tactic"].items():
+        out.say(f"  {tactic:10} {t['datasets']:8} {t['detected']:8} {t['rate']:6.0%}")
+    out.say(f"  {'':3} {'dataset':62} {'technique':16} {'records':>7} {'alerts':>6} {'rules':>5}")
+    for d in r["per_dataset"]:
+        out.say(f"  {'yes' if d['detected'] else '-':3} {d['file'][:62]:62} {','.join(d['techniques'])[:16]:16} "
+                f"{d['records']:7,} {d['alerts']:6,} {len(d['rules_fired']):5}")
+    for line in r["log_problems"]:
+        out.say(f"  log: {line}")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.only is not None and args.only <= 0:
+        raise UserError("--only must be a positive number", exit_code=2)
+    read_manifest(args.otrf)  # a wrong folder fails before a broker starts
+    args.seed = 0  # Bench's generator arguments (unused here)
+
+    def body(bench: Bench, report: dict[str, Any]) -> None:
+        report["attacks"] = result = attacks(bench)
+        _print(bench.out, result)
+
+    return run_bench(args, settings, "attacks", body)
