@@ -1,7 +1,7 @@
-"""Process trees on an alert's detail page (dashboard/process_tree.py): a real Delta lake of Windows events parsed by
-the pipeline's own parse (``ingest.arrow_parse.parse_bronze``) and written by its Delta sink, alerts written by
-the alert sink; the trees read back through DuckDB as the dashboard reads them; one check of the page in a real
-Streamlit server and headless Chromium.
+"""Process trees on an alert's detail page (dashboard/process_tree.py): a real Delta lake of Windows events parsed
+and enriched by the pipeline's own steps (``ingest.arrow_parse.parse_bronze`` and on) and written by its Delta
+sink, alerts written by the alert sink; the trees read back through DuckDB as the dashboard reads them; one check
+of the page in a real Streamlit server and headless Chromium.
 
 The lines are NXLog-style flat JSON records as in ``ingest/sources/windows/fixtures``: a chain explorer.exe →
 cmd.exe → powershell.exe → whoami.exe on three hosts — as Sysmon 1 with ProcessGuids (ws-guid), as Security
@@ -121,17 +121,19 @@ def lines() -> list[str]:
 
 @pytest.fixture(scope="module")
 def proc_lake(spark, tmp_path_factory) -> Path:
-    """The lines parsed by the pipeline's parse and written to ``events`` by its Delta sink."""
-    from ingest.arrow_parse import events_of, parse_bronze
+    """The lines through the ingest query's own steps in batch (``parse_bronze``, host attribution, reference joins:
+    ``alerts.python_rules.enriched_events``), written to ``events`` by its Delta sink: the columns the pipeline's
+    ``events`` has, which the detail page's other sections read."""
+    from alerts.python_rules import enriched_events
+    from enrich.reference_data import ReferenceCache
     from ingest.delta_sink import write_batch
     from ingest.file_source import lines_dataframe
 
     lake = tmp_path_factory.mktemp("proctree") / "lake"
     lake.mkdir()
-    parsed = parse_bronze(lines_dataframe(spark, lines()))
-    assert parsed.where("_error IS NOT NULL").count() == 0
-    assert write_batch(events_of(parsed), Settings(lake=lake).table_path(TABLE_EVENTS), "test.proctree", 0) == \
-        len(lines())
+    events, unparsed = enriched_events(lines_dataframe(spark, lines()), ReferenceCache(spark, lake).current(), [])
+    assert unparsed == []
+    assert write_batch(events, Settings(lake=lake).table_path(TABLE_EVENTS), "test.proctree", 0) == len(lines())
     return lake
 
 

@@ -3,6 +3,8 @@ entity's context, related alerts, and triage with its history."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import streamlit as st
 
@@ -17,6 +19,7 @@ from dashboard.alerts_data import (
     related_alerts,
     revisions,
 )
+from dashboard.process_tree import ProcessNode, process_trees
 from dashboard.rules_catalog import rule_by_id
 from dashboard.ui import (
     alert_url,
@@ -90,6 +93,58 @@ def _context(alert: dict) -> None:
         st.caption("No asset, user, lease or indicator on record for this entity.")
 
 
+CMD_SHOWN = 120  # characters of a command line on the tree; the full text is in the expander below it
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span, whatever backticks it holds (PowerShell escapes with them)."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
+def _process_line(n: ProcessNode) -> str:
+    indent = "\u2003" * (2 * n.depth) + ("└─ " if n.depth else "")
+    name = n.name or (n.executable or "?").rsplit("\\", 1)[-1]
+    parts = [f"**{_code(name)}**", f"pid {n.pid if n.pid is not None else '?'}",
+             f"{n.time:%Y-%m-%d %H:%M:%S}" if n.time else "start not in the window"]
+    if n.user:
+        parts.append(_code(n.user))
+    if n.executable:
+        parts.append(_code(n.executable))
+    if n.command_line:
+        cmd = " ".join(n.command_line.split())
+        parts.append(_code(cmd if len(cmd) <= CMD_SHOWN else cmd[:CMD_SHOWN] + " …"))
+    if n.evidence:
+        parts.append(":orange-badge[evidence]")
+    elif n.event_id is None:
+        parts.append(":gray[(from its child's event)]")
+    return indent + " · ".join(parts)
+
+
+def _process_tree(alert: dict) -> None:
+    """Parent → child around each evidence process, the evidence process marked; nothing at all when no evidence
+    event names a process (no empty section)."""
+    trees = process_trees(lake(), alert)
+    if not trees:
+        return
+    st.subheader("Process tree")
+    st.caption("Process creations (Sysmon 1, Security 4688) on the evidence host within the alert's window ±1 h: "
+               "parents matched by Sysmon ProcessGuid, else by pid and time (the parent's newest creation before "
+               "the child). Time, pid, user, image, command line.")
+    for tree in trees:
+        if len(trees) > 1:
+            st.markdown(f"**{tree.host}** · evidence `{tree.evidence_event_id}`")
+        st.markdown("  \n".join(_process_line(n) for n in tree.nodes))
+        if tree.children_truncated:
+            st.caption(f"Only the first {sum(n.relation == 'child' for n in tree.nodes)} children are shown.")
+        long = [n for n in tree.nodes if n.command_line and len(" ".join(n.command_line.split())) > CMD_SHOWN]
+        if long:
+            with st.expander(f"Full command lines ({len(long)})"):
+                for n in long:
+                    st.markdown(f"{_code(n.name or '?')} pid {n.pid if n.pid is not None else '?'}")
+                    st.code(n.command_line, language="text", wrap_lines=True)
+
+
 def _triage(alert_id: str) -> None:
     st.subheader("Triage")
     status = triage.status_of(lake(), alert_id)
@@ -157,6 +212,7 @@ def page() -> None:
         if len(iocs):
             st.markdown("**Indicators matched by the evidence**")
             st.dataframe(iocs, hide_index=True, width="stretch", key="evidence_iocs")
+        _process_tree(alert)
         with st.expander("All events of the entity in the alert's window"):
             ent = alert["entity"]
             window = entity_events(lake(), ent["type"], ent["value"], pd.Timestamp(alert["window_start"]),
