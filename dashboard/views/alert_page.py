@@ -103,22 +103,26 @@ def _code(text: str) -> str:
 
 
 def _process_line(n: ProcessNode) -> str:
-    indent = "\u2003" * (2 * n.depth) + ("└─ " if n.depth else "")
+    """Two Markdown lines for a node, indented by its depth: what it is (name, pid, time, user), then its image and
+    command line (cut at ``CMD_SHOWN`` characters)."""
+    pad = "\u2003" * (3 * n.depth)
     name = n.name or (n.executable or "?").rsplit("\\", 1)[-1]
-    parts = [f"**{_code(name)}**", f"pid {n.pid if n.pid is not None else '?'}",
-             f"{n.time:%Y-%m-%d %H:%M:%S}" if n.time else "start not in the window"]
+    head = [f"**{_code(name)}**", f"pid {n.pid if n.pid is not None else '?'}",
+            f"{n.time:%Y-%m-%d %H:%M:%S}" if n.time else "started before the window"]
     if n.user:
-        parts.append(_code(n.user))
+        head.append(_code(n.user))
+    if n.evidence:
+        head.append(":orange-badge[evidence]")
+    elif n.event_id is None:
+        head.append(":gray[(from its child's event)]")
+    body = []
     if n.executable:
-        parts.append(_code(n.executable))
+        body.append(_code(n.executable))
     if n.command_line:
         cmd = " ".join(n.command_line.split())
-        parts.append(_code(cmd if len(cmd) <= CMD_SHOWN else cmd[:CMD_SHOWN] + " …"))
-    if n.evidence:
-        parts.append(":orange-badge[evidence]")
-    elif n.event_id is None:
-        parts.append(":gray[(from its child's event)]")
-    return indent + " · ".join(parts)
+        body.append(_code(cmd if len(cmd) <= CMD_SHOWN else cmd[:CMD_SHOWN] + " …"))
+    line = pad + ("└─ " if n.depth else "") + " · ".join(head)
+    return line + (f"  \n{pad}\u2003\u2003" + " ".join(body) if body else "")
 
 
 def _process_tree(alert: dict) -> None:
@@ -212,7 +216,6 @@ def page() -> None:
         if len(iocs):
             st.markdown("**Indicators matched by the evidence**")
             st.dataframe(iocs, hide_index=True, width="stretch", key="evidence_iocs")
-        _process_tree(alert)
         with st.expander("All events of the entity in the alert's window"):
             ent = alert["entity"]
             window = entity_events(lake(), ent["type"], ent["value"], pd.Timestamp(alert["window_start"]),
@@ -225,6 +228,7 @@ def page() -> None:
     with right:
         _triage(alert_id)
         _rule(alert)
+    _process_tree(alert)
     _context(alert)
     st.subheader("Related alerts (same entity, ±24 h)")
     rel = related_alerts(lake(), alert)
