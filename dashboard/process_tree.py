@@ -161,8 +161,8 @@ def _children_of(proc: dict, creations: list[dict], until: dt.datetime) -> list[
     """Creations whose parent is ``proc``, oldest first, one per process (a Sysmon 1 preferred to its 4688)."""
     start = proc["ts"]
     # Matched by pid, a child must come before the pid's next creation: from then on the pid is another process.
-    reused = [c["ts"] for c in creations if c["host"] == proc["host"] and c["pid"] == proc["pid"]
-              and c["ts"] > start and not _same_process(c, proc)]
+    reused = [c["ts"] for c in creations if c["host"] == proc["host"] and proc["pid"] is not None
+              and c["pid"] == proc["pid"] and c["ts"] > start and not _same_process(c, proc)]
     pid_until = min([until, *reused])
     out: list[dict] = []
     for c in sorted(creations, key=lambda c: (c["ts"], c["guid"] is None)):

@@ -256,6 +256,57 @@ def test_fields_are_read_through_the_resolver() -> None:
         process_tree._columns_sql()
 
 
+FIXTURES = Path(__file__).resolve().parent.parent / "ingest" / "sources" / "windows" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def otrf_lake(spark, tmp_path_factory) -> Path:
+    """Real OTRF records from the Windows source's golden fixtures: DC01's cmd.exe as both Sysmon 1 and Security 4688
+    (one process, two logs), and WORKSTATION5's cvtres.exe as NXLog shipped it (no ProcessId: GUIDs only)."""
+    from alerts.python_rules import enriched_events
+    from enrich.reference_data import ReferenceCache
+    from ingest.delta_sink import write_batch
+    from ingest.file_source import lines_dataframe
+
+    sysmon = (FIXTURES / "otrf-sysmon.log").read_text().splitlines()
+    security = (FIXTURES / "otrf-security.log").read_text().splitlines()
+    chosen = [sysmon[0], security[6], sysmon[12]]
+    assert [json.loads(line)["EventID"] for line in chosen] == [1, 4688, 1]
+    lake = tmp_path_factory.mktemp("otrf") / "lake"
+    lake.mkdir()
+    events, unparsed = enriched_events(lines_dataframe(spark, chosen), ReferenceCache(spark, lake).current(), [])
+    assert unparsed == []
+    assert write_batch(events, Settings(lake=lake).table_path(TABLE_EVENTS), "test.proctree.otrf", 0) == 3
+    return lake
+
+
+def test_real_otrf_records_one_process_logged_twice_and_a_guid_only_record(otrf_lake: Path) -> None:
+    from dashboard.lakedb import query
+    from dashboard.process_tree import process_trees
+
+    df = query(otrf_lake, [TABLE_EVENTS], 'SELECT "event".id AS id, "event".code AS code, "host".name AS host, '
+               '"@timestamp" AS ts FROM events')
+    ev = {(r.host, r.code): (r.id, r.ts) for r in df.itertuples()}
+
+    def alert(key):
+        event_id, ts = ev[key]
+        return {"evidence": [event_id], "first_seen": ts, "last_seen": ts}
+
+    # The 4688 is the evidence; its Sysmon 1 twin (49 ms later, same pid and image) is the same process: one node,
+    # the Sysmon event's (it carries the GUIDs). explorer.exe's creation is not recorded: it comes from the fields.
+    (tree,) = process_trees(otrf_lake, alert(("dc01.pandalab.com", "4688")))
+    assert [(n.relation, n.name, n.pid, n.event_id) for n in tree.nodes] == [
+        ("ancestor", "explorer.exe", 2088, None), ("evidence", "cmd.exe", 3824, ev[("dc01.pandalab.com", "1")][0])]
+    assert tree.nodes[0].command_line == '"C:\\Windows\\Explorer.EXE" /NoUACCheck'
+    assert tree.evidence_node.guid == "{fe86be69-090f-64b8-0903-000000001000}"
+    assert tree.evidence_node.user == "PANDALAB\\Administrator"
+    # NXLog dropped Sysmon's ProcessId: the process is known by its GUID alone, its parent from the fields
+    (tree,) = process_trees(otrf_lake, alert(("workstation5.theshire.local", "1")))
+    assert [(n.relation, n.name, n.pid) for n in tree.nodes] == [("ancestor", "csc.exe", 1796),
+                                                                  ("evidence", "cvtres.exe", None)]
+    assert tree.evidence_node.guid == "{b34bc01c-b453-5f69-c602-000000000900}"
+
+
 # --- the page, in a real browser -----------------------------------------------------------------------------
 
 @pytest.mark.browser
