@@ -17,7 +17,6 @@ import json
 import zlib
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from core.config import TABLE_EVENTS, Settings
@@ -351,4 +350,3 @@ def test_the_fixture_lines_parse_as_the_windows_source_says(proc_lake: Path) -> 
     got = {(r.dataset, r.code): (r.n, r.pids) for r in df.itertuples()}
     assert got == {("windows.security", "4624"): (1, 0), ("windows.security", "4688"): (19, 19),
                    ("windows.sysmon_operational", "1"): (9, 9), ("windows.sysmon_operational", "3"): (1, 1)}
-    assert isinstance(df, pd.DataFrame)
