@@ -24,7 +24,7 @@ from alerts.alert_builder import AlertBuilder
 from alerts.alert_schema import ALERT_SCHEMA
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules, not_applicable_line
-from alerts.single_event_pass import single_event_candidates_all
+from alerts.single_event_pass import collect_candidates
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
 from core.durations import parse_time
 from core.errors import UserError
@@ -62,8 +62,7 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
         candidates: list[dict] = []
         single = [r for r in rules if not r.stateful]
         if single:  # every single-event rule in a few passes (a SigmaHQ checkout is thousands of rules)
-            candidates.extend(r.asDict(recursive=True)
-                              for r in single_event_candidates_all(prepared, single).collect())
+            candidates.extend(collect_candidates(prepared, single))
         for rule in rules:
             if rule.stateful:
                 candidates.extend(r.asDict(recursive=True) for r in rule.detect(prepared).collect())

@@ -45,7 +45,7 @@ from alerts.alert_builder import AlertBuilder, RuleMeta
 from alerts.alert_sink import publish_alerts
 from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, not_applicable_line, rule_files
-from alerts.single_event_pass import single_event_candidates_all
+from alerts.single_event_pass import collect_candidates
 from alerts.window_aggregator import RULE, aggregate, finish
 from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
@@ -390,9 +390,8 @@ class SingleEventDetector:
             return 0
         self.folder.set_rules(self.ruleset.metas(rules))
         self.ruleset.health.track(ids, self.QUERY)
-        cands = single_event_candidates_all(detection_input(events), rules)
         try:
-            rows = [r.asDict(recursive=True) for r in cands.collect()]
+            rows = collect_candidates(detection_input(events), rules)
         except Exception as exc:
             self.ruleset.health.failed(ids, _one_line(exc))
             raise  # the ingest batch fails and is replayed from its checkpoint: nothing is lost

@@ -118,7 +118,7 @@ def run_cases(spark, rules_root: Path, regression_root: Path) -> list[Verdict]:
     from alerts.detection_input import contract_schema, detection_input
     from alerts.logsource_map import NotApplicable, logsource_scope
     from alerts.rule_loader import load_rules
-    from alerts.single_event_pass import single_event_candidates_all
+    from alerts.single_event_pass import collect_candidates
     from enrich.reference_data import reference_from_tables
     from enrich.static_joins import enrich_static
     from ingest.arrow_parse import events_of, parse_bronze, quarantine_of
@@ -146,11 +146,10 @@ def run_cases(spark, rules_root: Path, regression_root: Path) -> list[Verdict]:
 
     hits: Counter[tuple[str, int]] = Counter()
     applicable = [by_id[c.rule_id] for c in all_cases if c.rule_id in by_id]
-    found = single_event_candidates_all(enriched, list({r.rule_id: r for r in applicable}.values()))
-    if found is not None:
-        for r in found.select("rule_id", F.explode("evidence").alias("eid")).collect():
-            if r["eid"] in case_of:
-                hits[(r["rule_id"], case_of[r["eid"]])] += 1
+    for r in collect_candidates(enriched, list({r.rule_id: r for r in applicable}.values())):
+        for eid in r["evidence"]:
+            if eid in case_of:
+                hits[(r["rule_id"], case_of[eid])] += 1
     enriched.unpersist()
 
     out: list[Verdict] = []

@@ -112,6 +112,9 @@ DEFAULT_MAX_RECORD_BYTES = 64 * 1024
 ENV_BOOTSTRAP = "NIGHTJAR_BOOTSTRAP"
 ENV_LAKE = "NIGHTJAR_LAKE"
 ENV_SPARK_MASTER = "NIGHTJAR_SPARK_MASTER"
+# The driver JVM's heap (Spark's spelling: 3g, 8g). Local runs execute in it too; a SigmaHQ checkout's thousands of
+# rules need more than the default (docs/deployment.md).
+ENV_DRIVER_MEMORY = "NIGHTJAR_DRIVER_MEMORY"
 # Rule files/directories (os.pathsep-separated): where the dashboard's rule lab saves rules; `nightjar run --rules`
 # names the directories the pipeline re-reads.
 ENV_RULES = "NIGHTJAR_RULES"
@@ -251,6 +254,8 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["lake"] = Path(env[ENV_LAKE])
     if env.get(ENV_SPARK_MASTER):
         values["spark_master"] = env[ENV_SPARK_MASTER]
+    if env.get(ENV_DRIVER_MEMORY):
+        values["driver_memory"] = jvm_memory(env[ENV_DRIVER_MEMORY], ENV_DRIVER_MEMORY)
     if env.get(ENV_RULES):
         values["rules"] = tuple(Path(p) for p in env[ENV_RULES].split(os.pathsep) if p)
     for key, name in _TRIGGER_SETTINGS.items():
@@ -302,6 +307,16 @@ def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
     if seconds <= 0:
         raise UserError(f"{env_name} {text!r} must be longer than zero", exit_code=2)
     return spark_interval(seconds)
+
+
+def jvm_memory(text: str, env_name: str) -> str:
+    """A JVM memory size (``3g``, ``8192m``) from ``env_name``'s value; a UserError naming the variable otherwise."""
+    from core.errors import UserError
+
+    value = str(text).strip().lower()
+    if not value[:-1].isdigit() or value[-1] not in "kmgt" or int(value[:-1]) <= 0:
+        raise UserError(f"{env_name} {text!r} must be a JVM memory size such as 3g or 8192m", exit_code=2)
+    return value
 
 
 def byte_count(text: str, env_name: str) -> int:

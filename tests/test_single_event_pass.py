@@ -11,7 +11,8 @@ import pytest
 from alerts.detection_input import events_schema
 from alerts.rule_loader import BUILTIN_RULES, load_rules
 from alerts.rules_test import expand, sample_events
-from alerts.single_event_pass import single_event_candidates_all
+from alerts.single_event_pass import INTERPRETED_ABOVE, collect_candidates, matches
+from core.spark_session import session_conf
 
 EXTRA_RULES = """
 title: Any Windows Security event of user alice
@@ -33,7 +34,7 @@ level: low
 
 
 def _key(row) -> tuple:
-    d = row.asDict(recursive=True)
+    d = row if isinstance(row, dict) else row.asDict(recursive=True)
     return (d["rule_id"], d["entity"]["type"], d["entity"]["value"], d["window_start"], tuple(d["evidence"]),
             d["host_name"], d["user_name"])
 
@@ -62,17 +63,22 @@ def test_the_passes_give_each_rules_own_candidates(rules_and_events) -> None:
     expected = Counter(_key(row) for r in single for row in r.detect(events).collect())
     assert len({k[0] for k in expected}) >= 3  # the samples make most rules fire: the comparison means something
     for per_pass in (1, 2, 60):  # scopes split over passes, and every rule of a scope in one pass
-        found = single_event_candidates_all(events, single, rules_per_pass=per_pass)
-        assert Counter(_key(row) for row in found.collect()) == expected, per_pass
+        assert Counter(map(_key, collect_candidates(events, single, rules_per_pass=per_pass))) == expected, per_pass
+    # A SigmaHQ-sized set runs interpreted: the same answer without generated code
+    many = single * (INTERPRETED_ABOVE // len(single) + 1)
+    with session_conf(events.sparkSession, {"spark.sql.codegen.factoryMode": "CODEGEN_ONLY"}):
+        assert Counter(map(_key, collect_candidates(events, many))) == \
+            Counter({k: n * (INTERPRETED_ABOVE // len(single) + 1) for k, n in expected.items()})
+        assert events.sparkSession.conf.get("spark.sql.codegen.factoryMode") == "CODEGEN_ONLY"  # restored after
 
 
 def test_no_rule_no_candidates(rules_and_events) -> None:
     _, events = rules_and_events
-    assert single_event_candidates_all(events, []) is None
+    assert matches(events, []) is None and collect_candidates(events, []) == []
 
 
 def test_the_pass_size_keeps_a_sigmahq_sized_rule_set_plannable(spark, rules_and_events, tmp_path: Path) -> None:
-    # 300 rules of one scope: 5 passes of 60, planned and run over the samples without running the driver out of heap
+    # 300 rules of one scope: 5 passes of 60, planned and run interpreted over the samples
     _, events = rules_and_events
     rules_file = tmp_path / "many.yml"
     rules_file.write_text("\n---\n".join(
@@ -81,4 +87,4 @@ def test_the_pass_size_keeps_a_sigmahq_sized_rule_set_plannable(spark, rules_and
         f"    Image|endswith: '\\\\tool{i}.exe'\n  condition: selection\nlevel: low" for i in range(300)))
     rules, errors = load_rules([rules_file], events_schema(spark))
     assert errors == [] and len(rules) == 300
-    assert single_event_candidates_all(events, rules).count() == 0  # none of those tools is in the samples
+    assert collect_candidates(events, rules) == []  # interpreted (300 rules); none of those tools is in the samples

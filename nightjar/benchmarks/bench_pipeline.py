@@ -684,7 +684,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
     """Each stage's cost in batch, over the same records: cumulative plans, the cost is the difference."""
     from alerts.detection_input import detection_input, events_schema
     from alerts.rule_loader import BUILTIN_RULES, load_rules
-    from alerts.single_event_pass import single_event_candidates_all
+    from alerts.single_event_pass import collect_candidates
     from alerts.window_aggregator import run_windowed
     from core.spark_session import build_spark
     from enrich.dhcp_sessions import attribute_batch, dhcp_networks_from_lake, events_from
@@ -764,8 +764,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         events.count()
 
         def single_rules() -> int:
-            found = single_event_candidates_all(detection_input(events), single)
-            return 0 if found is None else len(found.collect())
+            return len(collect_candidates(detection_input(events), single))
 
         def correlations() -> int:
             ev = detection_input(events)
