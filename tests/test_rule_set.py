@@ -8,15 +8,8 @@ import logging
 from pathlib import Path
 
 from alerts.detection_stream import STATUS_DISABLED, RuleSet
+from tests.test_rules_check import MACOS_RULE as MACOS
 
-MACOS = """title: A macOS process
-id: 0a6e0a2e-0000-4000-8000-000000000001
-logsource: {product: macos, category: process_creation}
-detection:
-  selection: {Image|endswith: /osascript}
-  condition: selection
-level: low
-"""
 SSHD = """title: An sshd failure
 id: 0a6e0a2e-0000-4000-8000-000000000002
 logsource: {product: linux, service: sshd}
@@ -45,4 +38,4 @@ def test_not_applicable_rules_are_counted_once_and_broken_ones_still_reported(sp
     assert any("1 problem(s)" in m for m in infos)  # the not-applicable rule is not a problem
     health = {e.rule_id: e.status for e in ruleset.health.entries()}
     assert health.get("0a6e0a2e-0000-4000-8000-000000000003") == STATUS_DISABLED
-    assert "0a6e0a2e-0000-4000-8000-000000000001" not in health
+    assert "1b3c9d2e-0000-4000-8000-000000000002" not in health  # the macOS rule
