@@ -61,7 +61,7 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
     try:
         candidates: list[dict] = []
         single = [r for r in rules if not r.stateful]
-        if single:  # every single-event rule in a few passes (a SigmaHQ checkout is thousands of rules)
+        if single:  # every single-event rule in one projection (a SigmaHQ checkout is thousands of rules)
             candidates.extend(collect_candidates(prepared, single))
         for rule in rules:
             if rule.stateful:

@@ -7,7 +7,7 @@ Where each kind of rule runs (why: docs/performance.md):
   the enriched events it has just written (:class:`SingleEventDetector`): no second hop through Delta, so an IOC
   hit or a sudo by a non-admin alerts in the same micro-batch that parsed it. The rules current at each batch
   apply: a rule file added, changed or disabled takes effect from the next batch, no restart. They run together,
-  a few passes per batch (:mod:`alerts.single_event_pass`), so a SigmaHQ checkout's thousands of rules plan.
+  one projection per batch (:mod:`alerts.single_event_pass`), so a SigmaHQ checkout's thousands of rules plan.
 - **windowed rules** (Sigma correlations and windowed Python rules) run together in one streaming query over the
   ``events`` table (:func:`start_windowed`): one read and one aggregation for all of them
   (:mod:`alerts.window_aggregator`). When the rule files change the query restarts on the same checkpoint; the

@@ -44,7 +44,6 @@ from pyspark.sql.types import StructType
 # to list the rules, and a page view must not load them.
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
 from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
-from alerts.logsource_map import NOT_APPLICABLE_PREFIX
 from core.durations import parse_duration as parse
 
 log = logging.getLogger(__name__)
@@ -67,6 +66,9 @@ class RuleError(Exception):
     @property
     def not_applicable(self) -> bool:
         """The rule's logsource is not a log Nightjar parses: nothing is wrong with it, it has nothing to read."""
+        # imports pySigma: not at module import (see the note above the imports)
+        from alerts.logsource_map import NOT_APPLICABLE_PREFIX
+
         return self.problem.startswith(NOT_APPLICABLE_PREFIX)
 
 
@@ -93,7 +95,7 @@ class Samples:
 
 @dataclass(frozen=True)
 class SingleMatch:
-    """A single-event Sigma rule's compiled SQL, so that many rules run over a batch in a few passes
+    """A single-event Sigma rule's compiled SQL, so that many rules run over a batch in one projection
     (:mod:`alerts.single_event_pass`) instead of one plan branch each."""
 
     scope: str | None  # the logsource's events (``event.dataset IN (...)``); None: every event
@@ -233,19 +235,13 @@ def single_event_candidates(matched: DataFrame, rule_id: str, entity_type: str,
     ``entity_field``: a field name (read through :func:`ingest.field_resolver.column`) or the Column to read."""
     from ingest.field_resolver import column
 
-    value = column(entity_field) if isinstance(entity_field, str) else entity_field
-    return candidates_of(matched, F.lit(rule_id), F.lit(entity_type), value)
-
-
-def candidates_of(matched: DataFrame, rule_id: Column, entity_type: Column, entity_value: Column) -> DataFrame:
-    """Matched events -> candidates of the alert schema, the rule and entity given as columns (one or many rules)."""
     ts = F.col("`@timestamp`")
-    value = entity_value.cast("string")
+    value = (column(entity_field) if isinstance(entity_field, str) else entity_field).cast("string")
     host = F.coalesce(F.col("host.name"), F.col("host.hostname")) if "host" in matched.columns else F.lit(None)
     user = F.col("user.name") if "user" in matched.columns else F.lit(None)
     out = matched.where(value.isNotNull() & ts.isNotNull()).select(
-        rule_id.alias("rule_id"),
-        F.struct(entity_type.alias("type"), value.alias("value")).alias("entity"),
+        F.lit(rule_id).alias("rule_id"),
+        F.struct(F.lit(entity_type).alias("type"), value.alias("value")).alias("entity"),
         ts.alias("window_start"), ts.alias("window_end"), ts.alias("first_seen"), ts.alias("last_seen"),
         F.lit(1).cast("long").alias("event_count"),
         F.array(F.col("event.id")).alias("evidence"),
