@@ -36,12 +36,12 @@ from nightjar.benchmarks.bench_pipeline import (
     Bench,
     KafkaEnds,
     Out,
-    _count,
-    _progress,
-    _tail,
     load_text,
     log_problems,
+    log_tail,
+    progress_rows,
     run_bench,
+    table_count,
     table_rows,
 )
 
@@ -148,7 +148,7 @@ def attacks(bench: Bench) -> dict[str, Any]:
     proc = bench.children.start("attacks-run", bench.run_args(settings, *run_args))
 
     def status() -> str:
-        rows = [p for p in _progress(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
+        rows = [p for p in progress_rows(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
         return (f"{time.monotonic() - t0:.0f}s, ingest {len(rows)} batches / "
                 f"{sum(p['num_input_rows'] for p in rows):,} of {records:,} records")
 
@@ -157,7 +157,7 @@ def attacks(bench: Bench) -> dict[str, Any]:
     bench.children.procs.pop("attacks-run", None)
     if rc != 0:
         raise UserError(f"`nightjar run --available-now` {'timed out' if rc is None else f'exited with {rc}'}; "
-                        f"its log ({bench.children.log('attacks-run')}) ends:\n{_tail(bench.children.log('attacks-run'))}")
+                        f"its log ({bench.children.log('attacks-run')}) ends:\n{log_tail(bench.children.log('attacks-run'))}")
 
     alerts = [a for a in table_rows(lake, TABLE_ALERTS, ["rule_id", "revision", "tags", "evidence"])
               if a["revision"] == 1]
@@ -171,8 +171,8 @@ def attacks(bench: Bench) -> dict[str, Any]:
     for res in results:
         for tactic in res.tactics or ["(none)"]:
             tactics[tactic].append(res.detected)
-    ingest = [p for p in _progress(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
-    counts = {t: _count(lake, t) for t in (TABLE_EVENTS, TABLE_QUARANTINE)}
+    ingest = [p for p in progress_rows(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
+    counts = {t: table_count(lake, t) for t in (TABLE_EVENTS, TABLE_QUARANTINE)}
     detected = sum(r.detected for r in results)
     return {
         "datasets": len(results), "detected": detected, "detected_rate": round(detected / max(len(results), 1), 3),

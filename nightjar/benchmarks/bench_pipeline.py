@@ -423,13 +423,13 @@ def table_rows(lake: Path, table: str, columns: list[str] | None = None) -> list
     return dataset.to_table(columns=columns).to_pylist()
 
 
-def _count(lake: Path, table: str) -> int:
+def table_count(lake: Path, table: str) -> int:
     from core.lake import is_delta_table, row_count
 
     return row_count(lake, table) if is_delta_table(lake / table) else 0
 
 
-def _progress(lake: Path) -> list[dict]:
+def progress_rows(lake: Path) -> list[dict]:
     return table_rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
                                                  "batch_duration_ms", "state_rows", "rule_id"])
 
@@ -455,7 +455,7 @@ def log_problems(path: Path, limit: int = 12) -> list[str]:
     return hits[:limit]
 
 
-def _tail(path: Path, n: int = 15) -> str:
+def log_tail(path: Path, n: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
@@ -531,7 +531,7 @@ class Bench:
     def check_exit(self, name: str, rc: int) -> None:
         if rc != 0:
             raise UserError(f"`nightjar {name}` exited with {rc}; its log ({self.children.log(name)}) ends:\n"
-                            f"{_tail(self.children.log(name))}")
+                            f"{log_tail(self.children.log(name))}")
 
 
 # -- drained --------------------------------------------------------------------------------------------------------
@@ -559,7 +559,7 @@ def drained(bench: Bench) -> dict[str, Any]:
     proc = bench.children.start("drained-run", bench.run_args(settings, "--available-now"))
 
     def status() -> str:
-        rows = [p for p in _progress(lake) if p["query_name"] == QUERY_INGEST and p["num_input_rows"]]
+        rows = [p for p in progress_rows(lake) if p["query_name"] == QUERY_INGEST and p["num_input_rows"]]
         return (f"{time.monotonic() - t0:.0f}s, ingest {len(rows)} batches / "
                 f"{sum(p['num_input_rows'] for p in rows):,} of {produced:,} records")
 
@@ -570,9 +570,9 @@ def drained(bench: Bench) -> dict[str, Any]:
     if rc != 0:  # report what it did all the same: the failure is a finding
         failure = (f"timed out after {args.run_timeout:.0f}s" if rc is None else f"exited with {rc}") + \
             f"; log {bench.children.log('drained-run')}"
-        Out.status(f"drained: `nightjar run --available-now` {failure}:\n{_tail(bench.children.log('drained-run'), 8)}")
+        Out.status(f"drained: `nightjar run --available-now` {failure}:\n{log_tail(bench.children.log('drained-run'), 8)}")
 
-    progress = _progress(lake)
+    progress = progress_rows(lake)
     ingest = sorted([p for p in progress if p["query_name"] == QUERY_INGEST and p["num_input_rows"]],
                     key=lambda p: p["batch_id"])
     windowed = sorted([p for p in progress if p["query_name"] == QUERY_WINDOWED and p["num_input_rows"]],
@@ -586,7 +586,7 @@ def drained(bench: Bench) -> dict[str, Any]:
     ingest_s = (ingest_end - first_start).total_seconds() if first_start and ingest_end else None
     startup_s = (first_start.timestamp() - wall0) if first_start else None
 
-    counts = {t: _count(lake, t) for t in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_ALERTS)}
+    counts = {t: table_count(lake, t) for t in (TABLE_BRONZE, TABLE_EVENTS, TABLE_QUARANTINE, TABLE_ALERTS)}
     alert_rows = table_rows(lake, TABLE_ALERTS, ["alert_id", "rule_id", "revision"])
     by_rule: dict[str, int] = defaultdict(int)
     for a in alert_rows:
@@ -843,7 +843,7 @@ class Sampler:
         ends = self.kafka.ends()
         batch, committed = committed_offsets(self.settings.checkpoint(QUERY_INGEST))
         w_rows, events_version = windowed_lag(self.lake)
-        progress = _progress(self.lake)
+        progress = progress_rows(self.lake)
         newest: dict[str, dict] = {}
         for p in progress:
             q = p["query_name"]
@@ -918,13 +918,13 @@ def start_pipeline(bench: Bench, settings: Settings, lake: Path, name: str) -> s
             raise UserError(f"`nightjar {name}` exited early; log {bench.children.log(name)}")
         # The ingest query runs micro-batches from the start (its state has timeouts); the windowed query reports
         # no progress before ``events`` has data (an idle trigger), so its start is read from the log.
-        seen = {p["query_name"] for p in _progress(lake)}
+        seen = {p["query_name"] for p in progress_rows(lake)}
         started = f"query {QUERY_WINDOWED} started" in bench.children.log(name).read_text(errors="replace")
         if QUERY_INGEST in seen and (QUERY_WINDOWED in seen or started):
             break
         if time.monotonic() - t0 > 300:
             raise UserError(f"the pipeline did not start both queries within 300 s; log "
-                            f"{bench.children.log(name)}:\n{_tail(bench.children.log(name))}")
+                            f"{bench.children.log(name)}:\n{log_tail(bench.children.log(name))}")
         if time.monotonic() - last >= STATUS_EVERY_S:
             last = time.monotonic()
             bench.children.remember()
@@ -1023,7 +1023,7 @@ def live(bench: Bench, tag: str = "live", model_from: Path | None = None) -> dic
         bench.children.remember()
         stop_rc = bench.children.stop(run_name)
         alerts.stop()
-    progress = _progress(lake)
+    progress = progress_rows(lake)
     single_rules = _single_event_rules(progress)
     events_total = sampler.samples[-1]["produced"] if sampler.samples else 0
     lat = _latencies(alerts.messages, single_rules)
