@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 from alerts.alert_builder import AlertBuilder
 from alerts.alert_schema import ALERT_SCHEMA
 from alerts.detection_input import detection_input, events_schema
-from alerts.rule_loader import BUILTIN_RULES, Rule, load_rules, not_applicable_line
+from alerts.rule_loader import Rule, load_rules, not_applicable_line
+from alerts.rule_sources import add_rules_arguments, rules_from_args
 from alerts.single_event_pass import collect_candidates
 from core.config import TABLE_BACKTEST_ALERTS, TABLE_EVENTS, Settings
 from core.durations import parse_time
@@ -75,8 +76,7 @@ def backtest(spark: SparkSession, events: DataFrame, rules: list[Rule], start: d
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
-                        help="rule file or directory (repeatable; default: the built-in rule pack)")
+    add_rules_arguments(parser)
     parser.add_argument("--from", dest="start", metavar="TIME", help="first event time (ISO 8601, inclusive)")
     parser.add_argument("--to", dest="end", metavar="TIME", help="last event time (ISO 8601, exclusive)")
     parser.add_argument("--json", action="store_true", help="one JSON alert per line")
@@ -87,10 +87,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     start, end = parse_time(args.start, "--from"), parse_time(args.end, "--to")
     if start and end and start >= end:
         raise UserError("--from must be before --to", exit_code=2)
-    paths = args.rules or [BUILTIN_RULES]
-    for p in paths:
-        if not p.exists():
-            raise UserError(f"rules path {p} does not exist", exit_code=2)
+    paths = rules_from_args(args, settings)
     spark = build_spark(settings, app_name="nightjar-backtest")
     rules, errors = load_rules(paths, events_schema(spark))
     for e in errors:

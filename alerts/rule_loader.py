@@ -21,6 +21,11 @@ custom attributes)::
 A base rule that a correlation references alerts on its own only if the correlation says ``generate: true``
 (Sigma's semantics) or its own ``nightjar`` block says ``alert: true``.
 
+Rules from outside (``--rules PATH``, ``NIGHTJAR_RULES``) run beside the built-in pack (:func:`rule_sources`). A rule
+whose id is also a built-in rule's replaces that built-in rule (one INFO line says which): an operator tunes a
+built-in rule by copying it into their own directory. Two rules with the same id outside the pack are an error naming
+both files.
+
 A Sigma rule's ``logsource`` decides which events it reads (:mod:`alerts.logsource_map`): its fields, its entity
 field and a correlation's group-by fields resolve within those datasets (:mod:`ingest.field_resolver`), and the
 rule matches only their events; a logsource no dataset serves is a RuleError, not a rule run over everything.
@@ -44,12 +49,12 @@ from pyspark.sql.types import StructType
 # to list the rules, and a page view must not load them.
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
 from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
+from alerts.rule_sources import BUILTIN_RULES, is_builtin  # noqa: F401 (BUILTIN_RULES: re-exported)
 from core.durations import parse_duration as parse
 
 log = logging.getLogger(__name__)
 
 RULE_SUFFIXES = (".yml", ".yaml", ".py")
-BUILTIN_RULES = Path(__file__).resolve().parent / "rule_pack"
 DEFAULT_CORRELATION_WATERMARK = "10 minutes"
 
 _LEVELS = {"informational": "low", "low": "low", "medium": "medium", "high": "high", "critical": "critical"}
@@ -299,6 +304,7 @@ def load_rules(paths: Iterable[Path], schema: StructType,
 
     errors: list[RuleError] = []
     rules: list[Rule] = []
+    overridden: list[tuple[str, Path]] = []  # (rule id, the file whose copy replaced the built-in rule)
     base: dict[str, tuple[SigmaRule, Path, str]] = {}  # name or id -> (rule, file, file digest)
     correlations: list[tuple[SigmaCorrelationRule, Path, str]] = []
     for f in rule_files(paths):
@@ -334,7 +340,14 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             elif isinstance(item, SigmaRule):
                 keys = {str(item.name) if item.name else None, str(item.id) if item.id else None} - {None}
                 clash = next((base[k] for k in sorted(keys) if k in base), None)
-                if clash is not None:  # the first one loaded stays; the second is reported, never swapped in
+                if clash is not None and is_builtin(clash[1]) and not is_builtin(f):
+                    overridden.append((label, f))  # an operator's copy replaces the built-in rule
+                    for k in [k for k, v in base.items() if v[0] is clash[0]]:
+                        del base[k]
+                elif clash is not None and is_builtin(f) and not is_builtin(clash[1]):
+                    overridden.append((label, clash[1]))  # the operator's copy was read first
+                    continue
+                elif clash is not None:  # the first one loaded stays; the second is reported, never swapped in
                     errors.append(RuleError(f, label, f"duplicate rule id or name (also in {clash[1]})"))
                     continue
                 for key in keys:
@@ -406,14 +419,21 @@ def load_rules(paths: Iterable[Path], schema: StructType,
             errors.append(RuleError(f, rid, _one_line(exc)))
 
     ids: dict[str, Rule] = {}
-    unique: list[Rule] = []
     for r in rules:
-        if r.rule_id in ids:
-            errors.append(RuleError(r.source, r.rule_id, f"duplicate rule id (also in {ids[r.rule_id].source})"))
-            continue
-        ids[r.rule_id] = r
-        unique.append(r)
-    return unique, errors
+        first = ids.get(r.rule_id)
+        if first is None:
+            ids[r.rule_id] = r
+        elif is_builtin(first.source) and not is_builtin(r.source):  # a Python or correlation rule's copy
+            overridden.append((r.rule_id, r.source))
+            ids[r.rule_id] = r
+        elif not is_builtin(first.source) and is_builtin(r.source):
+            overridden.append((first.rule_id, first.source))
+        else:
+            errors.append(RuleError(r.source, r.rule_id, f"duplicate rule id (also in {first.source})"))
+    if overridden:
+        log.info("%d built-in rule(s) replaced by rules of the same id: %s", len(set(overridden)),
+                 ", ".join(f"{rid} ({f})" for rid, f in sorted(set(overridden))))
+    return list(ids.values()), errors
 
 
 def _single_event_detect(predicate: str, rule_id: str, entity_type: str, entity_sql: str

@@ -174,14 +174,15 @@ def _iso(ts) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from alerts.rule_sources import add_rules_arguments
+
     parser.add_argument("action", choices=["test", "list", "check"],
                         help="test: run every rule's samples; list: the rules; check PATH…: compile without running "
                              "and say per rule compiled / not_applicable / refused (alerts/rules_check.py)")
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="check: rule files or folders (e.g. a SigmaHQ checkout); test/list: same as --rules")
     parser.add_argument("--strict", action="store_true", help="check: exit 1 when a rule was refused")
-    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
-                        help="rule file or directory (repeatable; default: the built-in rule pack)")
+    add_rules_arguments(parser)
     parser.add_argument("-k", dest="only", metavar="RULE_ID", action="append", help="only these rule ids")
     parser.add_argument("--json", action="store_true",
                         help="list, check: one JSON object per rule (list: with its health)")
@@ -190,17 +191,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
     from alerts.detection_stream import read_rule_health
-    from alerts.rule_loader import BUILTIN_RULES, load_rules, not_applicable_line
+    from alerts.rule_loader import load_rules, not_applicable_line
+    from alerts.rule_sources import rules_from_args
     from core.spark_session import build_spark
 
     if args.action == "check":  # compile only: no Spark session
         from alerts import rules_check
 
         return rules_check.run(list(args.paths or []) + list(args.rules or []), args.json, args.strict, settings)
-    paths = (args.rules or []) + (args.paths or []) or [BUILTIN_RULES]
-    for p in paths:
-        if not p.exists():
-            raise UserError(f"rules path {p} does not exist", exit_code=2)
+    args.rules = (args.rules or []) + (args.paths or [])
+    paths = rules_from_args(args, settings)
     spark = build_spark(settings.with_(shuffle_partitions=2), app_name="nightjar-rules-test")
     rules, errors = load_rules(paths, events_schema(spark))
     for e in errors:

@@ -118,6 +118,8 @@ ENV_DRIVER_MEMORY = "NIGHTJAR_DRIVER_MEMORY"
 # Rule files/directories (os.pathsep-separated): where the dashboard's rule lab saves rules; `nightjar run --rules`
 # names the directories the pipeline re-reads.
 ENV_RULES = "NIGHTJAR_RULES"
+# "0"/"false"/"no": the built-in rule pack does not run beside NIGHTJAR_RULES (`--no-builtin-rules`).
+ENV_BUILTIN_RULES = "NIGHTJAR_BUILTIN_RULES"
 ENV_ML_TRIGGER = "NIGHTJAR_ML_TRIGGER"  # the scoring query's live trigger, any core/durations.py spelling
 ENV_AUTH_SESSIONS_TRIGGER = "NIGHTJAR_AUTH_SESSIONS_TRIGGER"  # the auth_sessions query's live trigger, likewise
 ENV_HEALTH_GRACE = "NIGHTJAR_HEALTH_GRACE"  # Settings.health_grace_s, any core/durations.py spelling
@@ -204,7 +206,8 @@ class Settings:
     health_grace_s: float = DEFAULT_HEALTH_GRACE_S  # a rule down this long (or for good) raises a health alert
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
-    rules: tuple[Path, ...] = ()  # detection rule files/directories; empty: the built-in rule pack
+    rules: tuple[Path, ...] = ()  # detection rule files/directories, run beside the built-in pack
+    builtin_rules: bool = True  # False: only `rules` run (alerts.rule_sources)
     upkeep_interval_s: float = 600.0  # `nightjar run`'s background compaction/vacuum (nightjar/upkeep.py); 0: off
     ml_trigger: str = DEFAULT_ML_TRIGGER  # Spark interval text; settings_from_env normalizes any duration spelling
     auth_sessions_trigger: str = DEFAULT_AUTH_SESSIONS_TRIGGER  # likewise
@@ -258,6 +261,8 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
         values["driver_memory"] = jvm_memory(env[ENV_DRIVER_MEMORY], ENV_DRIVER_MEMORY)
     if env.get(ENV_RULES):
         values["rules"] = tuple(Path(p) for p in env[ENV_RULES].split(os.pathsep) if p)
+    if env.get(ENV_BUILTIN_RULES):
+        values["builtin_rules"] = env_flag(env[ENV_BUILTIN_RULES], ENV_BUILTIN_RULES)
     for key, name in _TRIGGER_SETTINGS.items():
         if env.get(name):
             values[key] = env[name]
@@ -317,6 +322,16 @@ def jvm_memory(text: str, env_name: str) -> str:
     if not value[:-1].isdigit() or value[-1] not in "kmgt" or int(value[:-1]) <= 0:
         raise UserError(f"{env_name} {text!r} must be a JVM memory size such as 3g or 8192m", exit_code=2)
     return value
+
+
+def env_flag(text: str, env_name: str) -> bool:
+    """A yes/no value (``1/true/yes/on`` or ``0/false/no/off``) from ``env_name``; a UserError naming it otherwise."""
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise UserError(f"{env_name} {text!r} must be 1/true/yes/on or 0/false/no/off", exit_code=2)
 
 
 def byte_count(text: str, env_name: str) -> int:

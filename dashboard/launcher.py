@@ -21,6 +21,7 @@ from pathlib import Path
 from core.config import (
     DEFAULT_DASHBOARD_PORT,
     ENV_ANALYST,
+    ENV_BUILTIN_RULES,
     ENV_DASHBOARD_USER_HEADER,
     ENV_HUNT_MAX_BYTES,
     ENV_LAKE,
@@ -48,8 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 to serve the network)")
     parser.add_argument("--rules", action="append", type=Path, metavar="DIR",
-                        help="rules directory the rule lab saves into and the pages describe (env NIGHTJAR_RULES; "
-                             "default: the built-in rule pack); run the pipeline with the same --rules")
+                        help="rules directory the rule lab saves into; the pages describe its rules beside the "
+                             "built-in pack (env NIGHTJAR_RULES; default: the built-in pack itself); run the pipeline "
+                             "with the same --rules")
+    parser.add_argument("--no-builtin-rules", dest="builtin_rules", action="store_false", default=None,
+                        help="describe only the --rules given, not the built-in pack, as `nightjar run "
+                             "--no-builtin-rules` runs (env NIGHTJAR_BUILTIN_RULES=0)")
     parser.add_argument("--user-header", metavar="NAME",
                         help="request header a login proxy sets with the analyst's user name, e.g. X-Forwarded-User "
                              "(env NIGHTJAR_DASHBOARD_USER_HEADER; honoured only when given: docs/dashboard.md)")
@@ -78,6 +83,7 @@ def start_dashboard(settings: Settings, port: int, host: str = "127.0.0.1",
     env[ENV_LAKE] = str(settings.lake.resolve())
     if settings.rules:  # the rule lab saves into the first; every page describes these rules
         env[ENV_RULES] = os.pathsep.join(str(p.resolve()) for p in settings.rules)
+    env[ENV_BUILTIN_RULES] = "1" if settings.builtin_rules else "0"
     env[ENV_HUNT_MAX_BYTES] = str(settings.hunt_max_bytes)
     env[ENV_DASHBOARD_USER_HEADER] = settings.dashboard_user_header
     env[ENV_ANALYST] = settings.analyst
@@ -136,6 +142,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             if not p.is_dir():
                 raise UserError(f"--rules {p} is not a directory", exit_code=2)
         settings = settings.with_(rules=tuple(args.rules))
+    if args.builtin_rules is not None:
+        settings = settings.with_(builtin_rules=args.builtin_rules)
+    if not settings.builtin_rules and not settings.rules:
+        raise UserError("no rules to describe: --no-builtin-rules needs --rules DIR", exit_code=2)
     if args.user_header is not None:
         settings = settings.with_(dashboard_user_header=header_name(args.user_header, "--user-header"))
     if args.analyst is not None:

@@ -221,7 +221,7 @@ def backtest_rule_text(lake: Path, text: str, file_name: str, start: dt.datetime
         refs = referenced_documents(text, rules_dirs)
         if refs:  # the base rules a correlation counts, from the other files of the rules directory
             (tmp / "referenced-rules.yml").write_text(yaml.safe_dump_all(refs, sort_keys=False), encoding="utf-8")
-        done = run_nightjar(["backtest", "--rules", str(tmp), "--from", _iso(start), "--to", _iso(end), "--json",
+        done = run_nightjar(["backtest", "--rules", str(tmp), "--no-builtin-rules", "--from", _iso(start), "--to", _iso(end), "--json",
                              "--lake", str(lake)], timeout, progress)
         mine = [e for e in done.loader_errors() if str(tmp / file_name) in e]
         problem = ""

@@ -48,10 +48,14 @@ class RuleInfo:
 
 
 def rule_paths(paths: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
-    """``paths``, else the configured rules (``NIGHTJAR_RULES``), else the built-in pack (what the pipeline runs)."""
-    from alerts.rule_loader import BUILTIN_RULES
+    """``paths``, else what the pipeline runs: the built-in pack beside the configured rules (``NIGHTJAR_RULES``;
+    without the pack when ``NIGHTJAR_BUILTIN_RULES=0``)."""
+    from alerts.rule_sources import rule_sources
 
-    return list(paths) or list(settings_from_env().rules) or [BUILTIN_RULES]
+    if paths:
+        return list(paths)
+    settings = settings_from_env()
+    return rule_sources(settings.rules, settings.builtin_rules)
 
 
 def _tactics(tags) -> tuple[str, ...]:
@@ -122,7 +126,15 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = ()) -> list[RuleInfo]:
             out.append(RuleInfo(rid, str(d.get("title") or rid), " ".join(str(d.get("description") or "").split()),
                                 level, attack_tags(tags), _tactics(tags), "correlation" if is_corr else "sigma", f,
                                 enabled=nj.get("enabled", True) is not False))
-    return out
+    return _without_replaced(out)
+
+
+def _without_replaced(rules: list[RuleInfo]) -> list[RuleInfo]:
+    """The rules as the loader runs them: a rule outside the pack replaces the built-in rule of its id."""
+    from alerts.rule_sources import is_builtin
+
+    mine = {r.rule_id for r in rules if not is_builtin(r.source)}
+    return [r for r in rules if not (is_builtin(r.source) and r.rule_id in mine)]
 
 
 def rule_by_id(rule_id: str, paths: tuple[Path, ...] | list[Path] = ()) -> RuleInfo | None:

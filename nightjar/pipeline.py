@@ -50,6 +50,7 @@ from pyspark.sql.streaming import StreamingQuery
 # Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar run`'s
 # arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
 # pySigma) (nightjar/cli.py).
+from alerts.rule_sources import add_rules_arguments, rules_from_args
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
@@ -322,7 +323,7 @@ class Supervisor:
     def __init__(self, spark: SparkSession, settings: Settings, trigger: Trigger, names: list[str],
                  recorder=None, poll_s: float = 10.0, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
         from alerts.detection_stream import RuleHealth, RuleSet, SingleEventDetector
-        from alerts.rule_loader import BUILTIN_RULES
+        from alerts.rule_sources import rule_sources
 
         self.spark, self.settings, self.trigger, self.names = spark, settings, trigger, names
         INTERRUPTED_BATCHES.stopping.clear()  # a new run in the same process (tests, the demo): not stopping yet
@@ -331,7 +332,7 @@ class Supervisor:
         self.max_restarts = max_restarts
         self.health = RuleHealth(sink=recorder.add_rows if recorder is not None else None)
         self.health.on_failure = self._health_alerts
-        self.ruleset = RuleSet(spark, list(settings.rules) or [BUILTIN_RULES], self.health)
+        self.ruleset = RuleSet(spark, rule_sources(settings.rules, settings.builtin_rules), self.health)
         self.ruleset.reload(force=True)
         self.detector = SingleEventDetector(settings, self.ruleset, f"nightjar.{QUERY_INGEST}.alerts")
         self.managed: dict[str, Managed] = {}
@@ -790,9 +791,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 10m; 0 turns it off; see nightjar/upkeep.py)")
     parser.add_argument("--query", action="append", choices=list(QUERIES), dest="queries",
                         help="run only this part (repeatable; default: all)")
-    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
-                        help="detection rule file or directory (repeatable; default: the built-in rule pack); "
-                             "files are re-read while running")
+    add_rules_arguments(parser, "detection rule file or directory, re-read while running")
     add_create_argument(parser)
 
 
@@ -806,12 +805,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     require_lake(settings.lake, args.create)  # a mistyped --lake must not become a new, empty lake
     require_current_events(settings.lake)  # an old contract's events: one line naming `nightjar rebuild-events`
     trigger = Trigger(available_now=args.available_now, interval=parse_interval(args.trigger))
-    for p in args.rules or []:
-        if not p.exists():
-            raise UserError(f"rules path {p} does not exist", exit_code=2)
-    # --rules wins; else NIGHTJAR_RULES (the directory the dashboard's rule lab saves into); else the built-in pack
-    rules = tuple(args.rules) if args.rules else settings.rules
-    changes = {"fail_on_data_loss": not args.no_fail_on_data_loss, "rules": rules}
+    # --rules wins over NIGHTJAR_RULES (the directory the dashboard's rule lab saves into); both run beside the pack
+    rules_from_args(args, settings)  # a missing path, or no rules at all: one line, exit 2
+    changes = {"fail_on_data_loss": not args.no_fail_on_data_loss,
+               "rules": tuple(args.rules) if args.rules else settings.rules}
+    if args.builtin_rules is not None:
+        changes["builtin_rules"] = args.builtin_rules
     if args.upkeep_every is not None:
         try:
             changes["upkeep_interval_s"] = parse_duration(args.upkeep_every, "--upkeep-every")

@@ -70,7 +70,7 @@ def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path
             status = nightjar("cluster", "status", *cluster)
             assert "2 worker(s) alive" in status.stdout, status.stdout + status.stderr
             on_cluster = nightjar("run", "--available-now", "--query", QUERY_INGEST, "--query", QUERY_DETECT,
-                                  "--rules", str(rules), "--bootstrap", broker.bootstrap,
+                                  "--rules", str(rules), "--no-builtin-rules", "--bootstrap", broker.bootstrap,
                                   "--lake", str(tmp_path / "cluster-lake"), env={"NIGHTJAR_SPARK_MASTER": master})
             assert on_cluster.returncode == 0, on_cluster.stderr[-1500:]
             assert f"master={master}" in on_cluster.stderr
@@ -84,7 +84,7 @@ def test_the_pipeline_on_a_standalone_cluster_matches_local_mode(spark, tmp_path
 
         # The same input in local mode (the test session's local[2] Spark).
         local = Settings(bootstrap=broker.bootstrap, lake=tmp_path / "local-lake", shuffle_partitions=2,
-                         rules=(rules,))
+                         rules=(rules,), builtin_rules=False)
         run_pipeline(local, Trigger(available_now=True), [QUERY_INGEST, QUERY_DETECT])
 
     cluster_events, local_events = event_ids(tmp_path / "cluster-lake"), event_ids(tmp_path / "local-lake")

@@ -142,7 +142,7 @@ def test_rule_files_added_changed_and_broken_while_the_pipeline_runs(spark, brok
     rules.mkdir()
     bootstrap = broker_for_detections.bootstrap
     generate(bootstrap, lake, 20_000, 11, "--scenarios", "sudo_non_admin,dns_dga")
-    settings = Settings(bootstrap=bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,))
+    settings = Settings(bootstrap=bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,), builtin_rules=False)
     shutil.copy(BUILTIN_RULES / "sudo_non_admin.yml", rules)
     (rules / "broken.yml").write_text(BROKEN)
 

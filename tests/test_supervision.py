@@ -106,7 +106,7 @@ def run_flaky_rule(own_broker, tmp_path, **settings_changes) -> tuple[Path, list
     attempts = tmp_path / "attempts"
     (rules / "flaky.py").write_text(FLAKY_RULE.format(attempts=str(attempts)))
     settings = Settings(bootstrap=own_broker.bootstrap, lake=lake, shuffle_partitions=2, rules=(rules,),
-                        **settings_changes)
+                        builtin_rules=False, **settings_changes)
     ensure_topics(settings, RAW_TOPICS, partitions=4)
     sources = [f"198.51.100.{i}" for i in range(1, 6)]
     send(own_broker.bootstrap, [conn(T0 + i, f"C{i}", sources[i % 5], "10.10.8.20", 22) for i in range(40)])

@@ -4,7 +4,7 @@ The OTRF Security Datasets (https://github.com/OTRF/Security-Datasets, MIT) are 
 attacks (Mimikatz, Rubeus, PsExec, LOLBins, …), each a capture (``.zip``, ``.tar.gz``, ``.evtx`` …) listed in a
 ``manifest.json`` with its ATT&CK techniques and tactics. This benchmark replays every capture into one fresh lake
 on an embedded broker (``nightjar replay``'s code, one capture after the other), runs ``nightjar run
---available-now`` with the rules given (default: the built-in pack), then reads the ``alerts`` table and reports:
+--available-now`` with the built-in pack and the rules given (``--rules``; ``--no-builtin-rules`` for those alone), then reads the ``alerts`` table and reports:
 
 - per dataset: its events, the alerts whose evidence holds one of its events, the rules that fired, and whether
   one of those alerts is tagged with the dataset's technique, its parent (``T1003`` for ``T1003.001``) or a
@@ -14,8 +14,7 @@ on an embedded broker (``nightjar replay``'s code, one capture after the other),
 An alert is traced to its dataset through its evidence: an event's id is a hash of its Kafka coordinates
 (:func:`ingest.sources.record_parser.event_id`), and each capture's records occupy the offsets its replay added.
 
-    nightjar bench attacks --otrf ../shared/corpus/otrf-security-datasets \\
-        --rules alerts/rule_pack --rules ../shared/corpus/sigmahq/rules
+    nightjar bench attacks --otrf ../shared/corpus/otrf-security-datasets --rules ../shared/corpus/sigmahq/rules
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alerts.rule_loader import BUILTIN_RULES
+from alerts.rule_sources import add_rules_arguments, rules_from_args
 from core.config import RAW_TOPICS, TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
 from ingest.sources.record_parser import event_id
@@ -50,9 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--otrf", type=Path, required=True, metavar="DIR",
                         help="the datasets folder: manifest.json (file, title, attack_techniques, attack_tactics per "
                              "entry) beside the captures it names")
-    parser.add_argument("--rules", action="append", type=Path, metavar="PATH",
-                        help="rule file or directory (repeatable; default: the built-in rule pack). Give the pack too "
-                             "to run both: --rules alerts/rule_pack --rules SIGMAHQ/rules")
+    add_rules_arguments(parser, "rule file or directory to run beside the built-in pack")
     parser.add_argument("--only", type=int, metavar="N", help="the manifest's first N datasets (a quick look)")
     parser.add_argument("--run-timeout", type=float, default=3600.0,
                         help="stop `nightjar run --available-now` after this many seconds (default 3600)")
@@ -116,10 +113,7 @@ def attacks(bench: Bench) -> dict[str, Any]:
 
     args = bench.args
     manifest = read_manifest(args.otrf)[:args.only]
-    rules = [p.resolve() for p in (args.rules or [BUILTIN_RULES])]
-    for p in rules:
-        if not p.exists():
-            raise UserError(f"rules path {p} does not exist", exit_code=2)
+    rules = [p.resolve() for p in rules_from_args(args, bench.base_settings)]
     settings, lake = bench.fresh("attacks")
     ends = KafkaEnds(settings, RAW_TOPICS)
     ranges: list[dict[str, dict[int, tuple[int, int]]]] = []
@@ -142,7 +136,7 @@ def attacks(bench: Bench) -> dict[str, Any]:
     replay_s = time.monotonic() - t0
     records = sum(r.records for r in results)
 
-    run_args = ["--available-now"] + [x for p in rules for x in ("--rules", str(p))]
+    run_args = ["--available-now", "--no-builtin-rules"] + [x for p in rules for x in ("--rules", str(p))]
     Out.status(f"attacks: nightjar run --available-now over {records:,} records with {', '.join(map(str, rules))}")
     t0, wall0 = time.monotonic(), time.time()
     proc = bench.children.start("attacks-run", bench.run_args(settings, *run_args))
