@@ -5,6 +5,12 @@ file, a recording shipped as a ``.zip`` or ``.tar.gz`` of JSON lines (the OTRF S
 logs as ``.evtx`` (each record rendered as one line of evtx JSON by :mod:`ingest.sources.windows.evtx_files`).
 Members of an archive are read in archive order, each by its own name (an ``.evtx`` inside a ``.zip`` too).
 
+A file of pretty-printed JSON documents — the evtx JSON rendering as ``evtx_dump -o json`` writes it (``Record N``
+lines between the documents), SigmaHQ's regression data, a JSON array of events — is recognised by its first
+non-blank line being just ``{`` or ``[``, and gives one compact single-line record per document (per element of an
+array), numbered by the line where it starts: the Windows source parses one event per record. A document that does
+not decode is one record of its text, so the parser quarantines it with the reason.
+
 Every line comes with where it came from (``archive.zip:member.json`` and its line number), so a report names it.
 Nothing is dropped silently: a member or file that cannot be read (a truncated archive, a corrupt ``.evtx``) is
 reported through the ``problems`` callback with the reason, after every line that could be read from it.
@@ -14,10 +20,13 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
+import json
+import re
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -25,6 +34,8 @@ from typing import IO
 # Suffixes read as archives or as evtx; anything else is read as lines (after gunzip for ``.gz``).
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 EVTX_SUFFIX = ".evtx"
+# evtx_dump's JSON output puts a "Record N" line before each record's document.
+_EVTX_DUMP_SEPARATOR = re.compile(rb"^Record \d+$")
 
 
 @dataclass(frozen=True)
@@ -105,8 +116,50 @@ def _tar(where: str, open_: Callable[[], IO[bytes]], problems: Problems) -> Iter
 
 def _lines(where: str, open_: Callable[[], IO[bytes]]) -> Iterator[Line]:
     with open_() as f:
-        for number, raw in enumerate(f, start=1):
+        numbered = enumerate(f, start=1)
+        head: list[tuple[int, bytes]] = []
+        for number, raw in numbered:  # up to the first line with content: JSON lines, or pretty-printed documents?
+            head.append((number, raw))
+            if raw.strip() and not _EVTX_DUMP_SEPARATOR.match(raw.strip()):
+                break
+        if head and head[-1][1].strip() in (b"{", b"["):
+            yield from _json_documents(where, itertools.chain(head, numbered))
+            return
+        for number, raw in itertools.chain(head, numbered):
             yield Line(where, number, raw.rstrip(b"\n").rstrip(b"\r"))
+
+
+def _json_documents(where: str, numbered: Iterable[tuple[int, bytes]]) -> Iterator[Line]:
+    """Pretty-printed JSON documents one after the other -> one compact record per document (array: per element).
+
+    A document ends at a line that starts, unindented, with its closing bracket (how pretty-printers end the top
+    level); only then is it decoded, so a file is read in one pass, one document in memory at a time."""
+    buf: list[bytes] = []
+    start = 0
+
+    def flush(final: bool) -> Iterator[Line]:
+        try:
+            doc = json.loads(b"".join(buf))
+        except ValueError:
+            if final:  # the rest does not decode: one record of its text, for the parser to quarantine with the reason
+                yield Line(where, start, b"".join(buf).strip())
+                buf.clear()
+            return
+        for item in doc if isinstance(doc, list) else [doc]:
+            yield Line(where, start, json.dumps(item, ensure_ascii=False, separators=(",", ":")).encode())
+        buf.clear()
+
+    for number, raw in numbered:
+        stripped = raw.strip()
+        if not buf:
+            if not stripped or _EVTX_DUMP_SEPARATOR.match(stripped):
+                continue
+            start = number
+        buf.append(raw)
+        if raw[:1] in (b"}", b"]"):
+            yield from flush(final=False)
+    if buf:
+        yield from flush(final=True)
 
 
 def _evtx(where: str, open_: Callable[[], IO[bytes]], path: Path | None) -> Iterator[Line]:

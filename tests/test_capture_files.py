@@ -90,3 +90,56 @@ def test_evtx_files_become_one_evtx_json_line_per_record_also_inside_a_zip(tmp_p
     zipped, problems = _lines(archive)
     assert not problems and [v for _w, _n, v in zipped] == [v for _w, _n, v in lines]
     assert zipped[0][0] == f"{archive}:logs/x.evtx"
+
+
+EVTX_JSON = {"Event": {"System": {"EventID": 4624, "Channel": "Security", "Computer": "dc-1"},
+                       "EventData": {"TargetUserName": "alice", "LogonType": 3}}}
+
+
+def test_pretty_printed_json_documents_become_one_compact_record_each(tmp_path):
+    one = json.dumps(EVTX_JSON, indent=2).encode()
+    other = json.dumps({**EVTX_JSON, "Event": {**EVTX_JSON["Event"], "EventData": {"TargetUserName": "bob"}}},
+                       indent=2).encode()
+    compact = [json.dumps(d, separators=(",", ":")).encode() for d in (json.loads(one), json.loads(other))]
+    # evtx_dump -o json: a "Record N" line before each document
+    dump = tmp_path / "security.json"
+    dump.write_bytes(b"Record 1\n" + one + b"\nRecord 2\n" + other + b"\n")
+    lines, problems = _lines(dump)
+    assert [(n, v) for _, n, v in lines] == [(2, compact[0]), (2 + one.count(b"\n") + 2, compact[1])]
+    assert not problems
+    # SigmaHQ's regression data: one document; and a JSON array of events, also gzipped
+    single = tmp_path / "event.json"
+    single.write_bytes(b"\n" + one + b"\n")
+    assert [(n, v) for _, n, v in _lines(single)[0]] == [(2, compact[0])]
+    array = tmp_path / "events.json.gz"
+    array.write_bytes(gzip.compress(b"[\n" + one + b",\n" + other + b"\n]\n"))
+    assert [v for _, _, v in _lines(array)[0]] == compact
+
+
+def test_a_pretty_printed_document_that_does_not_decode_is_kept_whole_for_the_quarantine(tmp_path):
+    one = json.dumps(EVTX_JSON, indent=2).encode()
+    broken = tmp_path / "cut.json"
+    broken.write_bytes(one + b"\n" + one[: len(one) // 2])
+    lines, problems = _lines(broken)
+    assert [v for _, _, v in lines] == [json.dumps(EVTX_JSON, separators=(",", ":")).encode(),
+                                        one[: len(one) // 2].strip()]
+    assert lines[1][1] == one.count(b"\n") + 2 and not problems
+
+
+def test_json_lines_stay_lines_even_when_the_first_is_an_object(tmp_path):
+    path = tmp_path / "events.json"
+    path.write_bytes(WINDOWS + b"\n{not json\n" + WINDOWS + b"\n")
+    assert [v for _, _, v in _lines(path)[0]] == [WINDOWS, b"{not json", WINDOWS]
+
+
+@pytest.mark.skipif(not (CORPUS / "sigmahq" / "regression_data").is_dir(), reason="the shared corpus is absent")
+def test_sigmahq_regression_json_parses_as_the_evtx_it_renders():
+    root = CORPUS / "sigmahq" / "regression_data" / "rules"
+    jsons = [p for p in sorted(root.rglob("*.json")) if p.with_suffix(".evtx").is_file()][:20]
+    assert jsons
+    for path in jsons:
+        records = [json.loads(v) for _, _, v in _lines(path)[0]]
+        evtx = [json.loads(v) for _, _, v in _lines(path.with_suffix(".evtx"))[0]]
+        assert len(records) == len(evtx) >= 1, path
+        assert [r["Event"]["System"]["EventRecordID"] for r in records] == \
+            [r["Event"]["System"]["EventRecordID"] for r in evtx], path
