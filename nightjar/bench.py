@@ -20,6 +20,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "enrich": ("nightjar.benchmarks.bench_enrich", "a simulated hour through the events query: state per operator, attribution"),
     "pipeline": ("nightjar.benchmarks.bench_pipeline", "the whole pipeline: drained events/s vs raw consume and per-stage costs, live event->alert latency, step-up sustainable rate"),
     "attacks": ("nightjar.benchmarks.bench_attacks", "recorded attacks (OTRF captures + manifest) replayed through the whole pipeline: which are detected, per dataset and tactic, and events/s"),
+    "regression": ("nightjar.benchmarks.bench_regression", "SigmaHQ's regression tests (rule + recorded event) replayed through the whole pipeline, from .evtx and from JSON: which rules raise their alert"),
     "soak": ("nightjar.benchmarks.bench_soak", "hours of steady live traffic: memory, state rows, Delta files, checkpoints and open alerts over time, flat or not"),
     "dashboard": ("nightjar.benchmarks.bench_dashboard", "build a lake with the real pipeline, then time each dashboard page's queries"),
 }

@@ -92,7 +92,10 @@ def read_manifest(root: Path) -> list[dict[str, Any]]:
     return manifest
 
 
-def attribute(alerts: list[dict], ranges: list[dict[str, dict[int, tuple[int, int]]]]) -> list[list[dict]]:
+Ranges = dict[str, dict[int, tuple[int, int]]]  # topic -> partition -> the offsets [start, end) a replay added
+
+
+def attribute(alerts: list[dict], ranges: list[Ranges]) -> list[list[dict]]:
     """The alerts (first revisions) whose evidence holds an event of each dataset (``ranges``: per dataset, the
     offsets ``[start, end)`` its replay added per topic and partition)."""
     owner: dict[str, int] = {}
@@ -108,50 +111,66 @@ def attribute(alerts: list[dict], ranges: list[dict[str, dict[int, tuple[int, in
     return out
 
 
-def attacks(bench: Bench) -> dict[str, Any]:
+def replay_each(settings: Settings, captures: list[list[Path]], label: str) -> tuple[list[Ranges], list[int]]:
+    """Replay each group of capture files one after the other (``nightjar replay``'s code) and return, per group,
+    the Kafka offsets it added and the records it delivered: what :func:`attribute` needs to trace alerts back."""
     from ingest.replay import replay
 
-    args = bench.args
-    manifest = read_manifest(args.otrf)[:args.only]
-    rules = [p.resolve() for p in rules_from_args(args, bench.base_settings)]
-    settings, lake = bench.fresh("attacks")
     ends = KafkaEnds(settings, RAW_TOPICS)
-    ranges: list[dict[str, dict[int, tuple[int, int]]]] = []
-    results: list[DatasetResult] = []
-    t0 = time.monotonic()
+    ranges: list[Ranges] = []
+    delivered: list[int] = []
     try:
         before = ends.ends()
-        for k, entry in enumerate(manifest, 1):
-            sent = replay(settings, [args.otrf / entry["file"]], progress=False)
+        for k, paths in enumerate(captures, 1):
+            sent = replay(settings, paths, progress=False)
             after = ends.ends()
             ranges.append({t: {p: (before.get(t, {}).get(p, 0), end) for p, end in parts.items()
                                if end > before.get(t, {}).get(p, 0)} for t, parts in after.items()})
             before = after
-            results.append(DatasetResult(entry["file"], str(entry.get("title", "")),
-                                         list(entry.get("attack_techniques") or []),
-                                         list(entry.get("attack_tactics") or []), records=sent.delivered))
-            Out.status(f"attacks: replayed {k}/{len(manifest)} {entry['file']} ({sent.delivered:,} records)")
+            delivered.append(sent.delivered)
+            Out.status(f"{label}: replayed {k}/{len(captures)} {paths[0].name} ({sent.delivered:,} records)")
     finally:
         ends.close()
-    replay_s = time.monotonic() - t0
-    records = sum(r.records for r in results)
+    return ranges, delivered
 
+
+def drain(bench: Bench, settings: Settings, lake: Path, rules: list[Path], records: int, name: str,
+          timeout_s: float) -> tuple[float, float]:
+    """``nightjar run --available-now --no-builtin-rules --rules …`` over what was replayed, as a child process
+    with progress; returns (its seconds, its start as wall-clock time). A failure or timeout is a UserError
+    quoting the child's log."""
     run_args = ["--available-now", "--no-builtin-rules"] + [x for p in rules for x in ("--rules", str(p))]
-    Out.status(f"attacks: nightjar run --available-now over {records:,} records with {', '.join(map(str, rules))}")
+    Out.status(f"{name}: nightjar run --available-now over {records:,} records with {len(rules)} rule path(s)")
     t0, wall0 = time.monotonic(), time.time()
-    proc = bench.children.start("attacks-run", bench.run_args(settings, *run_args))
+    proc = bench.children.start(name, bench.run_args(settings, *run_args))
 
     def status() -> str:
         rows = [p for p in progress_rows(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
         return (f"{time.monotonic() - t0:.0f}s, ingest {len(rows)} batches / "
                 f"{sum(p['num_input_rows'] for p in rows):,} of {records:,} records")
 
-    rc = bench.wait("attacks-run", proc, "pipeline", status, timeout_s=args.run_timeout)
+    rc = bench.wait(name, proc, "pipeline", status, timeout_s=timeout_s)
     run_s = time.monotonic() - t0
-    bench.children.procs.pop("attacks-run", None)
+    bench.children.procs.pop(name, None)
     if rc != 0:
         raise UserError(f"`nightjar run --available-now` {'timed out' if rc is None else f'exited with {rc}'}; "
-                        f"its log ({bench.children.log('attacks-run')}) ends:\n{log_tail(bench.children.log('attacks-run'))}")
+                        f"its log ({bench.children.log(name)}) ends:\n{log_tail(bench.children.log(name))}")
+    return run_s, wall0
+
+
+def attacks(bench: Bench) -> dict[str, Any]:
+    args = bench.args
+    manifest = read_manifest(args.otrf)[:args.only]
+    rules = [p.resolve() for p in rules_from_args(args, bench.base_settings)]
+    settings, lake = bench.fresh("attacks")
+    t0 = time.monotonic()
+    ranges, delivered = replay_each(settings, [[args.otrf / e["file"]] for e in manifest], "attacks")
+    results = [DatasetResult(e["file"], str(e.get("title", "")), list(e.get("attack_techniques") or []),
+                             list(e.get("attack_tactics") or []), records=n) for e, n in zip(manifest, delivered,
+                                                                                               strict=True)]
+    replay_s = time.monotonic() - t0
+    records = sum(delivered)
+    run_s, wall0 = drain(bench, settings, lake, rules, records, "attacks-run", args.run_timeout)
 
     alerts = [a for a in table_rows(lake, TABLE_ALERTS, ["rule_id", "revision", "tags", "evidence"])
               if a["revision"] == 1]
