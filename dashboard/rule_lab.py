@@ -7,7 +7,7 @@ SQL predicate with the pipeline's own compiler (``alerts.sigma_compiler.compile_
 Spark session, only the events schema).
 
 :func:`try_on_lake` runs such a predicate over the lake's ``events`` with DuckDB (the predicate's Spark SQL
-spelling translated: backticks, ``RLIKE``); a predicate that uses Spark-only SQL is reported as such — the
+transpiled by sqlglot, Java regex flags RE2 lacks dropped); a predicate that uses Spark-only SQL is reported as such — the
 authoritative checks stay ``nightjar rules test`` and ``nightjar backtest``. Nothing here writes a rule file:
 the dashboard never changes what the pipeline runs.
 """
@@ -151,14 +151,31 @@ def check_rule_text(text: str, schema=None, compile_predicates: bool = True) -> 
     return out
 
 
-_RLIKE = re.compile(r"(\"[^\"]+\"(?:\.\"[^\"]+\")*|\w+(?:\.\w+)*)\s+RLIKE\s+('(?:[^'\\]|\\.)*')", re.IGNORECASE)
+# Java's inline regex flags that RE2 (DuckDB's regex engine) does not know: `u` (Unicode case folding, which RE2's
+# case-insensitive matching does anyway). The compiler writes `(?iu)` for Sigma's `|re|i`.
+_RE2_UNKNOWN_FLAGS = re.compile(r"^\(\?([a-zA-Z]*)\)")
+
+
+def _re2_pattern(pattern: str) -> str:
+    def flags(m: re.Match) -> str:
+        kept = m.group(1).replace("u", "")
+        return f"(?{kept})" if kept else ""
+
+    return _RE2_UNKNOWN_FLAGS.sub(flags, pattern, count=1)
 
 
 def to_duckdb(predicate: str) -> str:
-    """A Spark SQL predicate in DuckDB's spelling (identifiers, RLIKE, string escapes)."""
-    sql = predicate.replace("`", '"')
-    sql = _RLIKE.sub(lambda m: f"regexp_matches({m.group(1)}, {m.group(2)})", sql)
-    return sql.replace("\\\\", "\\")  # Spark string literals escape backslashes; DuckDB's do not
+    """A Spark SQL predicate in DuckDB's spelling, by sqlglot's Spark -> DuckDB transpiler (identifiers, RLIKE over
+    any expression, string escapes, map lookups), with regex flags RE2 does not know dropped."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(predicate, read="spark")
+    for node in tree.find_all(exp.RegexpLike):
+        pattern = node.expression
+        if isinstance(pattern, exp.Literal) and pattern.is_string:
+            node.set("expression", exp.Literal.string(_re2_pattern(pattern.this)))
+    return tree.sql(dialect="duckdb")
 
 
 @dataclass

@@ -63,11 +63,44 @@ nightjar: {entity: {type: ip, field: source.ip}}
     assert any("level 'severe'" in p for p in wrong_level[0].problems)
 
 
-def test_spark_sql_predicates_in_duckdb_spelling() -> None:
-    spark = r"coalesce((lower(`event`.`dataset`) = lower('zeek.dns') AND `dns`.`question`.`name` RLIKE '^[a-z0-9]{32,}\\.'), false)"
-    assert to_duckdb(spark) == (
-        "coalesce((lower(\"event\".\"dataset\") = lower('zeek.dns') AND "
-        "regexp_matches(\"dns\".\"question\".\"name\", '^[a-z0-9]{32,}\\.')), false)")
+def duckdb_matches(predicate: str, rows: list[tuple[str, str, str | None, dict[str, str]]]) -> list[bool]:
+    """``predicate`` (Spark SQL) run by DuckDB over events of (dataset, code, process.command_line, detail)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events (event STRUCT(dataset VARCHAR, code VARCHAR), "
+                "process STRUCT(command_line VARCHAR), detail MAP(VARCHAR, VARCHAR), n INTEGER)")
+    for n, (dataset, code, cmd, detail) in enumerate(rows):
+        con.execute("INSERT INTO events VALUES ({'dataset': ?, 'code': ?}, {'command_line': ?}, MAP(?, ?), ?)",
+                    [dataset, code, cmd, list(detail), list(detail.values()), n])
+    hits = {r[0] for r in con.execute(f"SELECT n FROM events WHERE {to_duckdb(predicate)}").fetchall()}
+    return [n in hits for n in range(len(rows))]
+
+
+def test_spark_sql_predicates_run_in_duckdb() -> None:
+    # Sigma's |re|i over a field that resolves per dataset (a CASE), with quotes and backslashes in the pattern,
+    # beside a |endswith on a detail field: what the rule lab's "try on the lake" runs.
+    rule = r"""title: EventLog start type
+name: lab_eventlog_start
+logsource: {product: windows, category: process_creation}
+detection:
+  selection: {CommandLine|re|i: '\\Services\\EventLog[''"]?\s.*/d\s+4'}
+  condition: selection
+level: high
+"""
+    rep = check_rule_text(rule)[0]
+    assert rep.problems == [] and "RLIKE '(?iu)" in rep.predicate and "CASE WHEN" in rep.predicate
+    cmd = r'reg add "HKLM\SYSTEM\CurrentControlSet\Services\EventLog" /v Start /t REG_DWORD /d 4 /f'
+    other = r'reg add "HKLM\SYSTEM\CurrentControlSet\Services\Spooler" /v Start /t REG_DWORD /d 4 /f'
+    assert duckdb_matches(rep.predicate, [
+        ("windows.sysmon_operational", "1", cmd, {}),  # Sysmon 1: the core command line
+        ("windows.security", "4688", None, {"CommandLine": cmd.upper()}),  # 4688: its own field, any case
+        ("windows.sysmon_operational", "1", other, {}),
+        ("windows.security", "4624", None, {"CommandLine": cmd}),  # outside the logsource
+    ]) == [True, True, False, False]
+    spark = r"coalesce((lower(`event`.`dataset`) = lower('zeek.dns') AND `detail`['query'] RLIKE '^[a-z0-9]{32,}\\.'), false)"
+    assert duckdb_matches(spark, [("zeek.dns", "", None, {"query": "a" * 40 + ".example.org"}),
+                                  ("zeek.dns", "", None, {"query": "www.example.org"})]) == [True, False]
 
 
 # --- saving into the rules directory (dashboard/rule_deploy.py) ------------------------------------------------------
