@@ -51,11 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "entry) beside the captures it names")
     add_rules_arguments(parser, "rule file or directory to run beside the built-in pack")
     parser.add_argument("--only", type=int, metavar="N", help="the manifest's first N datasets (a quick look)")
-    parser.add_argument("--run-timeout", type=float, default=3600.0,
-                        help="stop `nightjar run --available-now` after this many seconds (default 3600)")
+    add_drain_arguments(parser, run_timeout_s=3600.0)
+
+
+def add_drain_arguments(parser: argparse.ArgumentParser, run_timeout_s: float) -> None:
+    """The options of a benchmark that replays recordings and drains them (:func:`replay_each`, :func:`drain`)."""
+    parser.add_argument("--run-timeout", type=float, default=run_timeout_s,
+                        help=f"stop each `nightjar run --available-now` after this many seconds "
+                             f"(default {run_timeout_s:.0f})")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="one JSON object with every figure: on stdout (tables go to stderr), or to FILE")
-    parser.add_argument("--keep-lake", action="store_true", help="keep the benchmark's lake and logs")
+    parser.add_argument("--keep-lake", action="store_true", help="keep the benchmark's lakes and logs")
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 from alerts.sigma_regression import FORMS, Case, cases, rule_files_by_id
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
-from nightjar.benchmarks.bench_attacks import attribute, drain, replay_each
+from nightjar.benchmarks.bench_attacks import add_drain_arguments, attribute, drain, replay_each
 from nightjar.benchmarks.bench_pipeline import (
     Bench,
     Out,
@@ -45,11 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a SigmaHQ checkout: rules/ and regression_data/ (e.g. ../shared/corpus/sigmahq)")
     parser.add_argument("--form", choices=FORMS, action="append", dest="forms",
                         help="only this input form (repeatable; default: both)")
-    parser.add_argument("--run-timeout", type=float, default=1800.0,
-                        help="stop each `nightjar run --available-now` after this many seconds (default 1800)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                        help="one JSON object with every figure: on stdout (tables go to stderr), or to FILE")
-    parser.add_argument("--keep-lake", action="store_true", help="keep the benchmark's lakes and logs")
+    add_drain_arguments(parser, run_timeout_s=1800.0)
 
 
 @dataclass
