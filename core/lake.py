@@ -119,15 +119,24 @@ def describe_tables(lake: Path) -> list[TableInfo]:
 
 def excluded_from_detection(lake: Path) -> int:
     """Events the detections left out (stamped too far after they were ingested), summed over ``pipeline_progress``."""
+    return _progress_sum(lake, "excluded_rows")
+
+
+def late_for_windowed_rules(lake: Path) -> int:
+    """Rows the windowed rules' state left out as older than its watermark, summed over ``pipeline_progress``
+    (Spark counts partial aggregates per group and window, not events)."""
+    return _progress_sum(lake, "late_rows")
+
+
+def _progress_sum(lake: Path, column: str) -> int:
     import pyarrow.compute as pc
 
     if not is_delta_table(lake / TABLE_PIPELINE_PROGRESS):
         return 0
     dataset = table_dataset(lake, TABLE_PIPELINE_PROGRESS)
-    if "excluded_rows" not in dataset.schema.names:
+    if column not in dataset.schema.names:  # a lake written before the column existed
         return 0
-    total = pc.sum(dataset.to_table(columns=["excluded_rows"])["excluded_rows"]).as_py()
-    return int(total or 0)
+    return int(pc.sum(dataset.to_table(columns=[column])[column]).as_py() or 0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,12 +151,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UserError(f"lake directory {lake} does not exist (run `nightjar run` or pass --lake DIR)")
     infos = describe_tables(lake)
     excluded = excluded_from_detection(lake)
+    late = late_for_windowed_rules(lake)
     if args.json:
         for i in infos:
             print(json.dumps({"table": i.name, "rows": i.rows, "version": i.version,
                               "last_commit": i.last_commit.isoformat() if i.last_commit else None}))
         if excluded:
             print(json.dumps({"excluded_from_detection": excluded}))
+        if late:
+            print(json.dumps({"late_for_windowed_rules": late}))
         return 0
     if not infos:
         print(f"no tables in {lake}")
@@ -160,4 +172,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if excluded:
         print(f"{excluded:,} event(s) left out of detection: stamped more than 10 minutes after they were ingested "
               "(a clock ahead, or a replay into the future); they are in `events` for hunting")
+    if late:
+        print(f"{late:,} late row(s) left out of the windowed rules: events older than their watermark (an older "
+              "capture replayed after a newer one); single-event rules and `nightjar backtest` still see them")
     return 0

@@ -39,6 +39,11 @@ PROGRESS_SCHEMA = pa.schema(
         ("progress_json", pa.string()),
         # events kept out of detection in the batch (stamped too far in the future; alerts/detection_input.py)
         ("excluded_rows", pa.int64()),
+        # rows the query's stateful operators left out as older than their watermark (a windowed rule's events
+        # replayed from a capture older than what the query has already seen); Spark counts what reaches the
+        # state, so for an aggregation these are partial aggregates (per group and window), not events. None: the
+        # query keeps no state
+        ("late_rows", pa.int64()),
         # rule-health rows (query_name "rule:<id>"): the newest row per rule_id is the rule's current health
         ("rule_id", pa.string()),
         ("status", pa.string()),  # running | restarting | failed | disabled
@@ -69,6 +74,7 @@ def progress_row(progress: Any) -> dict[str, Any]:
         "state_memory_bytes": int(sum(s.memoryUsedBytes for s in states)),
         "progress_json": progress.json,
         "excluded_rows": _excluded(progress),
+        "late_rows": int(sum(s.numRowsDroppedByWatermark or 0 for s in states)) if states else None,
     }
 
 
@@ -99,11 +105,12 @@ class ProgressRecorder(StreamingQueryListener):
         row = progress_row(event.progress)
         if row["num_input_rows"]:
             log.info(
-                "%s batch %d: %d rows, %.0f rows/s, %d ms%s%s",
+                "%s batch %d: %d rows, %.0f rows/s, %d ms%s%s%s",
                 row["query_name"], row["batch_id"], row["num_input_rows"], row["processed_rows_per_second"],
                 row["batch_duration_ms"],
                 f", watermark {row['watermark']}" if row["watermark"] else "",
                 f", state {row['state_rows']} rows" if row["state_rows"] else "",
+                f", {row['late_rows']} late rows left out (older than the watermark)" if row["late_rows"] else "",
             )
         with self._lock:
             self._rows.append(row)

@@ -30,6 +30,7 @@ from typing import Any
 from alerts.rule_sources import add_rules_arguments, rules_from_args
 from core.config import RAW_TOPICS, TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
+from core.lake import late_for_windowed_rules
 from ingest.sources.record_parser import event_id
 from nightjar.benchmarks.bench_pipeline import (
     Bench,
@@ -192,6 +193,7 @@ def attacks(bench: Bench) -> dict[str, Any]:
             tactics[tactic].append(res.detected)
     ingest = [p for p in progress_rows(lake) if p["query_name"] == "ingest" and p["num_input_rows"]]
     counts = {t: table_count(lake, t) for t in (TABLE_EVENTS, TABLE_QUARANTINE)}
+    counts["late_for_windowed_rules"] = late_for_windowed_rules(lake)  # captures recorded years apart
     detected = sum(r.detected for r in results)
     return {
         "datasets": len(results), "detected": detected, "detected_rate": round(detected / max(len(results), 1), 3),
@@ -209,7 +211,8 @@ def attacks(bench: Bench) -> dict[str, Any]:
 def _print(out: Out, r: dict[str, Any]) -> None:
     out.say(f"attacks: {r['records']:,} records from {r['datasets']} captures; nightjar run --available-now "
             f"{r['run_s']:.0f}s = {r['events_per_s']:,.0f} events/s ({r['ingest_batches']} ingest batches; "
-            f"{r[TABLE_EVENTS]:,} events, {r[TABLE_QUARANTINE]:,} quarantined; {load_text(r['load_average_run'])})")
+            f"{r[TABLE_EVENTS]:,} events, {r[TABLE_QUARANTINE]:,} quarantined, {r['late_for_windowed_rules']:,} late rows "
+            f"left out of the windowed rules; {load_text(r['load_average_run'])})")
     out.say(f"  detected (an alert tagged with the dataset's technique): {r['detected']} of {r['datasets']} "
             f"= {r['detected_rate']:.0%}; {r['alerts']:,} alerts")
     out.say(f"  {'tactic':10} {'datasets':>8} {'detected':>8} {'rate':>6}")

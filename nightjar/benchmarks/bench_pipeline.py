@@ -431,7 +431,7 @@ def table_count(lake: Path, table: str) -> int:
 
 def progress_rows(lake: Path) -> list[dict]:
     return table_rows(lake, TABLE_PIPELINE_PROGRESS, ["query_name", "query_id", "batch_id", "timestamp", "num_input_rows",
-                                                 "batch_duration_ms", "state_rows", "rule_id"])
+                                                 "batch_duration_ms", "state_rows", "rule_id", "late_rows"])
 
 
 def _single_event_rules(progress: list[dict]) -> set[str]:
