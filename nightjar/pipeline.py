@@ -500,7 +500,7 @@ class Supervisor:
                 self._sync_detection()
             if QUERY_DETECT in self.names:
                 self._start_ml()  # a first model trained while running starts the ML scoring query
-            self.health.report()
+            self.health.report_if_due()
 
     @staticmethod
     def _drained(query: StreamingQuery) -> bool:
