@@ -153,9 +153,9 @@ HEALTH_ROWS_PER_S = 2.0
 class RuleHealth:
     """Per-rule status, shared by every detection query of one pipeline (driver side, thread-safe).
 
-    ``sink`` receives a row for every status change and for every rule that alerted in a batch, and, at most every
-    ``report_s`` (longer for thousands of rules: :data:`HEALTH_ROWS_PER_S`), the current state of every rule (the
-    pipeline appends them to ``pipeline_progress``); ``on_failure`` publishes health alerts.
+    ``sink`` receives a row for every status change, a rule's first batch and every rule that alerted in a batch,
+    and, at most every ``report_s`` (longer for thousands of rules: :data:`HEALTH_ROWS_PER_S`), the current state of
+    every rule (the pipeline appends them to ``pipeline_progress``); ``on_failure`` publishes health alerts.
     """
 
     def __init__(self, sink: Callable[[list[dict]], None] | None = None, report_s: float = 30.0) -> None:
@@ -193,11 +193,13 @@ class RuleHealth:
                 del self._rules[rid]
 
     def batch_done(self, query: str, rule_ids: Iterable[str], at: dt.datetime, alerted: Iterable[str] = ()) -> None:
-        recovered = []
+        recovered, first = [], []
         alerted = set(alerted)
         with self._lock:
             for rid in rule_ids:
                 e = self._rules.setdefault(rid, HealthEntry(rid, query=query))
+                if e.last_batch_at is None:
+                    first.append(rid)
                 e.last_batch_at = at
                 e.failures = 0
                 if rid in alerted:
@@ -209,7 +211,8 @@ class RuleHealth:
             log.info("rule %s is running again", rid)
         if self._report():
             return
-        news = recovered + sorted(alerted - set(recovered))  # their "last alert" is news: written at once
+        # written at once: a rule running again, a rule's first batch, a rule's new "last alert"
+        news = list(dict.fromkeys([*recovered, *first, *sorted(alerted)]))
         if news:
             self._emit([self.get(r) for r in news])
 

@@ -40,8 +40,12 @@ def test_thousands_of_rules_are_reported_at_most_two_rows_a_second() -> None:
     health._last_report -= n / HEALTH_ROWS_PER_S - 600 + 1
     health.report_if_due()
     assert [len(w) for w in writes] == [n, n]
+    # a rule added while running (its file saved) is written after its first batch, not 20 minutes later
+    health.track(["new_rule"], "ingest")
+    health.batch_done("ingest", [f"r{i}" for i in range(n)] + ["new_rule"], AT)
+    assert [r["rule_id"] for r in writes[-1]] == ["new_rule"]
     # a failure is written at once, whatever the interval
     health.failed(["r7"], "boom")
     assert [(r["rule_id"], r["status"]) for r in writes[-1]] == [("r7", STATUS_RESTARTING)]
     health.report()  # the end of a run: everything, now
-    assert len(writes[-1]) == n
+    assert len(writes[-1]) == n + 1
