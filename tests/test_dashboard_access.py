@@ -124,8 +124,33 @@ def test_a_hunt_over_the_byte_cap_shows_the_limit_and_the_rows_that_fit(served: 
 
 # --- the analyst's identity ------------------------------------------------------------------------------------------
 
-def _record_button(driver):
-    return [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Record"][0]
+def _record_button(driver, timeout: float = 30.0):
+    """The "Record" button. A Streamlit rerun can replace the buttons while they are read (a stale element): look
+    again until the page has settled."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Record"][0]
+        except (StaleElementReferenceException, IndexError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _click_record(driver, timeout: float = 30.0) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _record_button(driver, timeout).click()
+            return
+        except StaleElementReferenceException:  # replaced between finding and clicking
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def test_the_proxy_headers_user_is_shown_and_recorded_and_no_name_box_exists(served: str, small_lake: Path) -> None:
@@ -144,7 +169,7 @@ def test_the_proxy_headers_user_is_shown_and_recorded_and_no_name_box_exists(ser
         text = _wait_for_text(proxied, lambda t: "Analyst: mallory.analyst" in t and "Status: new" in t)
         assert "From the proxy header X-Forwarded-User" in text and "Triage is disabled" not in text
         assert proxied.find_elements("css selector", "[data-testid=stSidebar] input") == []  # no name box
-        _record_button(proxied).click()  # the first action: acknowledge
+        _click_record(proxied)  # the first action: acknowledge
         _wait_for_text(proxied, lambda t: "Recorded: acknowledge by mallory.analyst" in t)
     finally:
         proxied.quit()
@@ -180,7 +205,7 @@ def test_on_loopback_without_a_login_the_configured_local_name_is_recorded(small
             text = _wait_for_text(local, lambda t: "Analyst: alice" in t and "Status:" in t)
             assert "From the local user, loopback only" in text and "Triage is disabled" not in text
             assert local.find_elements("css selector", "[data-testid=stSidebar] input") == []
-            _record_button(local).click()
+            _click_record(local)
             _wait_for_text(local, lambda t: "Recorded: acknowledge by alice" in t)
         finally:
             local.quit()
