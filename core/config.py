@@ -104,6 +104,9 @@ DEFAULT_LEASE_HOLD_S = 60.0
 # new Python process) and recover on the next attempt within seconds: a transient, recorded in pipeline_progress
 # and the log, not an outage. Two minutes cover the supervisor's first backoff steps (1+2+4+8+16 s) and their starts.
 DEFAULT_HEALTH_GRACE_S = 120.0
+# How long a stop waits for running micro-batches to finish before interrupting them: below the 30 s that
+# `nightjar demo` (and docker/systemd by default or less) allow before SIGKILL.
+DEFAULT_STOP_WAIT_S = 20.0
 
 # Parsing (ingest/sources/record_parser.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).
@@ -204,6 +207,7 @@ class Settings:
     detection_watermark: str = DEFAULT_DETECTION_WATERMARK
     lease_hold_s: float = DEFAULT_LEASE_HOLD_S
     health_grace_s: float = DEFAULT_HEALTH_GRACE_S  # a rule down this long (or for good) raises a health alert
+    stop_wait_s: float = DEFAULT_STOP_WAIT_S  # a stop waits this long for running micro-batches (core.batch_gate)
     kafka: KafkaTuning = field(default_factory=KafkaTuning)
     kafka_overrides: dict[str, str] = field(default_factory=KafkaOverrides)
     rules: tuple[Path, ...] = ()  # detection rule files/directories, run beside the built-in pack

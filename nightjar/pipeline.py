@@ -51,6 +51,7 @@ from pyspark.sql.streaming import StreamingQuery
 # arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
 # pySigma) (nightjar/cli.py).
 from alerts.rule_sources import add_rules_arguments, rules_from_args
+from core.batch_gate import BATCH_GATE, BatchNotStarted, stop_between_batches
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
@@ -120,7 +121,9 @@ class InterruptedBatchFilter(logging.Filter):
         if not self.stopping.is_set():
             return True
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and (any(m in _text(exc) for m in STOP_INTERRUPTIONS)
+        if isinstance(exc, BatchNotStarted):
+            _as_info(record, "%s", str(exc))
+        elif exc is not None and (any(m in _text(exc) for m in STOP_INTERRUPTIONS)
                                 or BARE_JVM_CALL_FAILURE.match(_text(exc).strip())):
             _as_info(record, "a micro-batch was interrupted by the stop; the next run replays it from its checkpoint")
         elif record.levelno >= logging.ERROR and str(record.msg).startswith(PY4J_SEND_FAILED):
@@ -253,7 +256,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     hold_s = 0.0 if drain else settings.lease_hold_s
     unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)), hold_s=hold_s)
     writer = (unified.withColumn(BATCH_TS, F.current_timestamp()).writeStream.queryName(QUERY_INGEST)
-              .foreachBatch(short_batch_errors(write)).option("checkpointLocation", str(checkpoint)))
+              .foreachBatch(BATCH_GATE.guard(short_batch_errors(write))).option("checkpointLocation", str(checkpoint)))
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.
@@ -327,6 +330,7 @@ class Supervisor:
 
         self.spark, self.settings, self.trigger, self.names = spark, settings, trigger, names
         INTERRUPTED_BATCHES.stopping.clear()  # a new run in the same process (tests, the demo): not stopping yet
+        BATCH_GATE.open()
         self.recorder = recorder
         self.poll_s = poll_s
         self.max_restarts = max_restarts
@@ -539,12 +543,10 @@ class Supervisor:
         self.health.stopping.set()  # batches the stop interrupts are no rule failures: no health alerts for them
         if self.recorder is not None:
             self.recorder.stopping = True
-        for m in self.managed.values():
-            try:
-                if m.query is not None and m.query.isActive:
-                    m.query.stop()
-            except Exception as exc:  # the JVM already stopped (its own SIGTERM hook): nothing left to stop
-                log.info("query %s: already stopped with the JVM (%s)", m.name, summarize_query_error(str(exc)))
+        # Each query stops once its running micro-batch is done (core.batch_gate): an interrupted batch's tasks log
+        # ERRORs in Spark's log, and its work is done again by the next run.
+        stop_between_batches([m.query for m in self.managed.values() if m.query is not None],
+                             self.settings.stop_wait_s, stop=_stop_query)
 
     # -- health alerts ---------------------------------------------------------------------------------------------
     # A rule is *down* from its query's first failure until one of its batches completes again (RuleHealth's status
@@ -747,6 +749,13 @@ def _events_written_or_after(events: Path, deadline: float) -> Callable[[], bool
     log_dir = events / "_delta_log"
     first, checkpointed = log_dir / f"{1:020d}.json", log_dir / "_last_checkpoint"  # (an old log's first commits
     return lambda: time.monotonic() >= deadline or first.exists() or checkpointed.exists()  # may be cleaned up)
+
+
+def _stop_query(query: StreamingQuery) -> None:
+    try:
+        query.stop()
+    except Exception as exc:  # the JVM already stopped (its own SIGTERM hook): nothing left to stop
+        log.info("query %s: already stopped with the JVM (%s)", query.name, summarize_query_error(str(exc)))
 
 
 def _jvm_alive(spark: SparkSession) -> bool:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
 from alerts.detection_input import EXCLUDED_METRIC
+from core.batch_gate import BatchNotStarted
 from core.errors import summarize_query_error
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,9 @@ class ProgressRecorder(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        if event.exception:
+        if event.exception and self.stopping and BatchNotStarted.__name__ in event.exception:
+            log.info("query %s stopped before its next micro-batch (the next run does it)", event.id)
+        elif event.exception:
             self.failures[str(event.id)] = event.exception
             if self.stopping:  # e.g. a batch interrupted while planning by SIGTERM: replayed next run, not a fault
                 log.info("query %s ended while stopping: %s", event.id, summarize_query_error(event.exception))
