@@ -50,7 +50,7 @@ def events_schema(spark: SparkSession) -> StructType:
     from ingest.file_source import lines_dataframe
 
     empty = events_of(parse_bronze(lines_dataframe(spark, [])))
-    return detection_input(enrich_static(empty, reference_from_tables(spark, {}))).schema
+    return detection_input(enrich_static(empty, reference_from_tables({}))).schema
 
 
 def contract_schema() -> StructType:

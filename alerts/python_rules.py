@@ -496,13 +496,13 @@ class SampleResult:
         return head + ("" if self.passed else ": " + "; ".join(self.problems))
 
 
-def reference_data(spark: SparkSession, reference: Mapping[str, Iterable[Mapping]] | None = None):
+def reference_data(reference: Mapping[str, Iterable[Mapping]] | None = None):
     """A :class:`enrich.reference_data.ReferenceData` from small in-memory tables (rows with the lake tables'
     columns, e.g. the generator's ``*.jsonl``; times may be ISO strings; a table not given is empty), prepared
     exactly as :class:`~enrich.reference_data.ReferenceCache` prepares the lake's. ValueError on unknown tables,
     columns or mistyped values."""
     tables = _reference({name: list(rows) for name, rows in (reference or {}).items()})  # checked, ISO times parsed
-    return reference_from_tables(spark, {name: list(rows) for name, rows in tables.items()})
+    return reference_from_tables({name: list(rows) for name, rows in tables.items()})
 
 
 def dhcp_networks(reference: Mapping[str, Iterable[Mapping]] | None) -> list[str]:
@@ -536,7 +536,7 @@ def sample_events(spark: SparkSession, lines: Sequence[str], samples: Samples,
                   reference=None) -> tuple[DataFrame, list[str]]:
     """(enriched events, unparsed-line messages) of sample ``lines``; ``reference``: a prepared
     ReferenceData, built from ``samples.reference`` when None."""
-    ref = reference if reference is not None else reference_data(spark, samples.reference)
+    ref = reference if reference is not None else reference_data(samples.reference)
     bronze = lines_dataframe(spark, list(lines), ingested_at=samples.ingested_at)
     return enriched_events(bronze, ref, dhcp_networks(samples.reference))
 
@@ -563,7 +563,7 @@ def run_samples(spark: SparkSession, rule: PythonRule, parsed=None) -> SampleRes
     """
     samples = rule.samples
     result = SampleResult(rule.id)
-    ref = reference_data(spark, samples.reference)
+    ref = reference_data(samples.reference)
     for kind, lines in (("positive", samples.positive), ("negative", samples.negative)):
         if parsed is not None:
             events, unparsed = parsed.enriched((rule.id, kind), ref, dhcp_networks(samples.reference))

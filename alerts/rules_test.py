@@ -85,7 +85,7 @@ def sample_events(spark, lines: list[str], reference: dict[str, list[dict]], par
     from ingest.file_source import lines_dataframe
 
     tables = {**default_reference(), **reference}
-    ref, dhcp = reference_from_tables(spark, tables), dhcp_networks(tables)
+    ref, dhcp = reference_from_tables(tables), dhcp_networks(tables)
     # the pipeline's own steps: parse -> DHCP attribution -> reference joins, materialized (as the events table
     # is) so that a rule's plan does not sit on top of the whole enrichment plan
     if parsed is not None and key in parsed:

@@ -136,7 +136,7 @@ def run_cases(spark, rules_root: Path, regression_root: Path) -> list[Verdict]:
     parsed = parse_bronze(bronze).localCheckpoint(eager=True)
     bad = {(r["partition"]): f"{r['parser']}: {r['error']}" for r in quarantine_of(parsed).collect()}
     events = events_of(parsed)
-    enriched = detection_input(enrich_static(events, reference_from_tables(spark, {})))
+    enriched = detection_input(enrich_static(events, reference_from_tables({})))
     enriched = enriched.cache()
     rows = parsed.where(F.col("_error").isNull()).select("partition", "event.id", "event.dataset",
                                                          "event.code").collect()

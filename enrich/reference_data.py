@@ -1,28 +1,29 @@
-"""The reference tables (assets, users, networks, iocs) as small Spark DataFrames, reloaded when they change.
+"""The reference tables (assets, users, networks, iocs) as small Arrow tables, reloaded when they change.
 
-The streaming pipeline joins every micro-batch with these tables (see :mod:`enrich.static_joins`). They are
-small and change rarely (an analyst adds an IOC, the generator re-seeds the lake), so :class:`ReferenceCache`
-reads each one through ``deltalake`` -> Arrow on the driver and turns it into a local Spark DataFrame, and
-on each later call only asks Delta for the table's version: an unchanged table costs one log check, a new
-version is read again, so a new IOC is matched from the next micro-batch on without a restart.
+The streaming pipeline looks every micro-batch's events up in these tables (see :mod:`enrich.static_joins`). They
+are small and change rarely (an analyst adds an IOC, the generator re-seeds the lake), so :class:`ReferenceCache`
+reads each one through ``deltalake`` -> Arrow on the driver, and on each later call only asks Delta for the
+table's version: an unchanged table costs one log check, a new version is read again, so a new IOC is matched from
+the next micro-batch on without a restart.
 
-The DataFrames are prepared for joins that cannot duplicate an event: every lookup table holds at most one
+The tables are prepared for lookups that cannot duplicate an event: every lookup table holds at most one
 row per join key (duplicates are resolved here, deterministically), and the networks are flattened into
 non-overlapping IPv4 ranges in which each address belongs to its most specific network.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import ipaddress
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
 
 from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS, Settings
 
@@ -66,16 +67,34 @@ _NETWORKS_SCHEMA = pa.schema([*SCHEMAS[TABLE_NETWORKS], (RANGE_START, pa.int64()
 class ReferenceData:
     """The reference tables of one moment, prepared for :func:`enrich.static_joins.enrich_static`.
 
-    Every DataFrame has at most one row per join key, so a left join never multiplies an event.
+    Every lookup table has at most one row per key, so a lookup never multiplies an event.
     """
 
-    assets: DataFrame  # asset columns + KEY = lower(host), one row per host name
-    static_assets: DataFrame  # asset columns + KEY = ip, one row per address of a non-DHCP host
-    users: DataFrame  # user columns + KEY = name
-    networks: DataFrame  # as stored (valid IPv4 CIDRs only) + RANGE_START, RANGE_END (longs), PREFIX_LEN
-    network_ranges: DataFrame  # non-overlapping: each IPv4 address in at most one row, its most specific network
-    iocs: DataFrame  # ioc columns + IOC_KIND + KEY, one row per (kind, key)
+    assets: pa.Table  # asset columns + KEY = lower(host), one row per host name
+    static_assets: pa.Table  # asset columns + KEY = ip, one row per address of a non-DHCP host
+    users: pa.Table  # user columns + KEY = name
+    networks: pa.Table  # as stored (valid IPv4 CIDRs only) + RANGE_START, RANGE_END (longs), PREFIX_LEN
+    network_ranges: pa.Table  # non-overlapping: each IPv4 address in at most one row, its most specific network
+    iocs: pa.Table  # ioc columns + IOC_KIND + KEY, one row per (kind, key)
     versions: dict[str, int | None] = field(default_factory=dict)  # Delta version per table (None: missing)
+
+    @cached_property
+    def serialized(self) -> tuple[str, dict[str, bytes]]:
+        """(digest, the lookup tables as Arrow IPC bytes): what travels to the executors with the enrichment, once
+        per reference version; the digest names the version in the workers' cache."""
+        blobs = {name: _ipc(getattr(self, name)) for name in LOOKUP_TABLES}
+        digest = hashlib.sha256(b"".join(hashlib.sha256(blobs[k]).digest() for k in sorted(blobs))).hexdigest()
+        return digest, blobs
+
+
+LOOKUP_TABLES: tuple[str, ...] = ("assets", "static_assets", "users", "network_ranges", "iocs")
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -189,14 +208,13 @@ class ReferenceCache:
     """The current :class:`ReferenceData` of a lake; a table is read again only when its Delta version changed.
 
     Call :meth:`current` at the start of every micro-batch (on the driver, e.g. inside ``foreachBatch``).
-    A missing table is an empty DataFrame of the right schema, and is picked up once it appears.
+    A missing table is an empty table of the right schema, and is picked up once it appears.
     """
 
-    def __init__(self, spark: SparkSession, lake: Path | str | Settings) -> None:
-        self._spark = spark
+    def __init__(self, lake: Path | str | Settings) -> None:
         self._settings = lake if isinstance(lake, Settings) else Settings(lake=Path(lake))
         self._versions: dict[str, int | None] = {}
-        self._frames: dict[str, dict[str, DataFrame]] = {}
+        self._frames: dict[str, dict[str, pa.Table]] = {}
         self._tables: dict[str, object] = {}  # open deltalake.DeltaTable per table: updated, not re-opened
         self.loads = 0  # number of table (re)loads so far: lets tests and metrics see what a call cost
 
@@ -230,8 +248,8 @@ class ReferenceCache:
         table = self._tables[name]
         return _conform(table.to_pyarrow_table(), schema)
 
-    def _build(self, name: str, table: pa.Table) -> dict[str, DataFrame]:
-        return prepared_frames(self._spark, name, table)
+    def _build(self, name: str, table: pa.Table) -> dict[str, pa.Table]:
+        return prepared_tables(name, table)
 
     def current(self) -> ReferenceData:
         """The reference data as of now: re-reads only the tables whose version changed since the last call."""
@@ -249,29 +267,28 @@ class ReferenceCache:
         return ReferenceData(**frames, versions=dict(self._versions))
 
 
-def prepared_frames(spark: SparkSession, name: str, table: pa.Table) -> dict[str, DataFrame]:
-    """One reference table (lake columns) -> its prepared :class:`ReferenceData` frame(s), by field name."""
-    frame = spark.createDataFrame
+def prepared_tables(name: str, table: pa.Table) -> dict[str, pa.Table]:
+    """One reference table (lake columns) -> its prepared :class:`ReferenceData` table(s), by field name."""
     if name == TABLE_ASSETS:
         assets, static_assets = prepare_assets(table)
-        return {"assets": frame(assets), "static_assets": frame(static_assets)}
+        return {"assets": assets, "static_assets": static_assets}
     if name == TABLE_USERS:
-        return {"users": frame(prepare_users(table))}
+        return {"users": prepare_users(table)}
     if name == TABLE_NETWORKS:
         networks, ranges = prepare_networks(table)
-        return {"networks": frame(networks), "network_ranges": frame(ranges)}
+        return {"networks": networks, "network_ranges": ranges}
     if name == TABLE_IOCS:
-        return {"iocs": frame(prepare_iocs(table))}
+        return {"iocs": prepare_iocs(table)}
     raise ValueError(f"not a reference table: {name!r} (one of {', '.join(REFERENCE_TABLES)})")
 
 
-def reference_from_tables(spark: SparkSession, tables: dict[str, pa.Table | list[dict]]) -> ReferenceData:
+def reference_from_tables(tables: dict[str, pa.Table | list[dict]]) -> ReferenceData:
     """:class:`ReferenceData` from in-memory tables (rule samples, tests, backfills without a lake), prepared
     exactly as :class:`ReferenceCache` prepares the lake's.
 
     Each table may be a pyarrow Table or a list of row dicts; missing tables and columns are empty / null.
     """
-    frames: dict[str, DataFrame] = {}
+    frames: dict[str, pa.Table] = {}
     for name in REFERENCE_TABLES:
         raw = tables.get(name)
         schema = SCHEMAS[name]
@@ -281,5 +298,5 @@ def reference_from_tables(spark: SparkSession, tables: dict[str, pa.Table | list
             table = _conform(raw, schema)
         else:
             table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in schema} for row in raw], schema=schema)
-        frames.update(prepared_frames(spark, name, table))
+        frames.update(prepared_tables(name, table))
     return ReferenceData(**frames, versions={})

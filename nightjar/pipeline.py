@@ -274,7 +274,7 @@ def _static_enrichment(spark: SparkSession, settings: Settings) -> Callable[[Dat
     from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
 
-    cache = ReferenceCache(spark, settings.lake)
+    cache = ReferenceCache(settings.lake)
     return lambda events: enrich_static(events, cache.current())
 
 

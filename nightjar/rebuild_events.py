@@ -129,7 +129,7 @@ def rebuild(settings: Settings) -> dict[str, int]:
         unified = attribute_batch(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS))).cache()
         counts = {"bronze": records_from(unified).count()}
         _step("parsed and attributed %d records in %.1f s", counts["bronze"], time.monotonic() - started)
-        references = ReferenceCache(spark, lake).current()
+        references = ReferenceCache(lake).current()
         frames = {TABLE_EVENTS: enrich_static(events_from(unified), references),
                   TABLE_QUARANTINE: quarantine_from(unified), TABLE_DHCP_SESSIONS: sessions_from(unified)}
         for table, frame in frames.items():

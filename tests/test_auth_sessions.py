@@ -89,7 +89,7 @@ def write_events(spark, settings: Settings, records: list[tuple[str, bytes]], ro
     tables = [records_table([(0, first + i, value, None, now) for i, (t, value) in enumerate(records) if t == topic],
                             topic) for topic in (TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK)]
     bronze = spark.createDataFrame(pa.concat_tables(tables))
-    events, unparsed = enriched_events(bronze, ReferenceCache(spark, settings.lake).current(), [])
+    events, unparsed = enriched_events(bronze, ReferenceCache(settings.lake).current(), [])
     assert unparsed == []
     assert write_batch(events, settings.table_path(TABLE_EVENTS), "test.auth_sessions.events", round_) == len(records)
 

@@ -159,7 +159,7 @@ def test_lease_reassignment_attributes_out_of_order_events_to_the_holder_at_thei
 
     unified = attribute_batch(parse_bronze(lines_dataframe(spark, DELIVERY), raw_record=True), ["10.10.0.0/22"]).cache()
     try:
-        batch_events = enrich_static(events_from(unified), ReferenceCache(spark, lake).current()).toArrow()
+        batch_events = enrich_static(events_from(unified), ReferenceCache(lake).current()).toArrow()
         batch_sessions = sessions_from(unified).toArrow().to_pylist()
     finally:
         unified.unpersist()

@@ -89,7 +89,7 @@ def test_batch_and_stream_give_identical_rows(spark, own_broker, tmp_path):
     # The batch path: the same parse, attribution and reference-table joins as the stream.
     unified = attribute_batch(parse_bronze(read_files(spark, [syslog_file, zeek_file])), []).cache()
     try:
-        batch_events = enrich_static(events_from(unified), ReferenceCache(spark, lake).current()).toArrow().to_pylist()
+        batch_events = enrich_static(events_from(unified), ReferenceCache(lake).current()).toArrow().to_pylist()
         batch_bad = quarantine_from(unified).toArrow().to_pylist()
     finally:
         unified.unpersist()

@@ -34,7 +34,7 @@ def test_each_set_is_enriched_alone_leases_and_bad_lines_stay_in_their_set(spark
         "no_lease": ([CONN, "not a log line at all", CONN], INGESTED),  # the same connection twice, no lease
     }
     parsed = ParsedSamples(spark, sets)
-    ref, dhcp = reference_data(spark, REFERENCE), dhcp_networks(REFERENCE)
+    ref, dhcp = reference_data(REFERENCE), dhcp_networks(REFERENCE)
 
     leased, leased_bad = parsed.enriched("leased", ref, dhcp)
     alone, alone_bad = enriched_events(lines_dataframe(spark, sets["leased"][0], ingested_at=INGESTED), ref, dhcp)

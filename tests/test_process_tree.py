@@ -130,7 +130,7 @@ def proc_lake(spark, tmp_path_factory) -> Path:
 
     lake = tmp_path_factory.mktemp("proctree") / "lake"
     lake.mkdir()
-    events, unparsed = enriched_events(lines_dataframe(spark, lines()), ReferenceCache(spark, lake).current(), [])
+    events, unparsed = enriched_events(lines_dataframe(spark, lines()), ReferenceCache(lake).current(), [])
     assert unparsed == []
     assert write_batch(events, Settings(lake=lake).table_path(TABLE_EVENTS), "test.proctree", 0) == len(lines())
     return lake
@@ -273,7 +273,7 @@ def otrf_lake(spark, tmp_path_factory) -> Path:
     assert [json.loads(line)["EventID"] for line in chosen] == [1, 4688, 1]
     lake = tmp_path_factory.mktemp("otrf") / "lake"
     lake.mkdir()
-    events, unparsed = enriched_events(lines_dataframe(spark, chosen), ReferenceCache(spark, lake).current(), [])
+    events, unparsed = enriched_events(lines_dataframe(spark, chosen), ReferenceCache(lake).current(), [])
     assert unparsed == []
     assert write_batch(events, Settings(lake=lake).table_path(TABLE_EVENTS), "test.proctree.otrf", 0) == 3
     return lake

@@ -152,7 +152,7 @@ def beacon_events(spark):
     from ingest.file_source import lines_dataframe
 
     reference = {"networks": NETWORKS}
-    events, unparsed = enriched_events(lines_dataframe(spark, beacon_lines()), reference_data(spark, reference),
+    events, unparsed = enriched_events(lines_dataframe(spark, beacon_lines()), reference_data(reference),
                                        dhcp_networks(reference))
     assert unparsed == []
     return events
@@ -342,7 +342,7 @@ def test_on_generated_logs_the_beaconing_host_is_found_and_the_backup_host_is_no
     reference = {name: [json.loads(line) for line in (out / f"{name}.jsonl").open()]
                  for name in ("assets", "users", "networks", "iocs")}
     events, unparsed = enriched_events(read_files(spark, [out / "syslog.log", out / "zeek.log"]),
-                                       reference_data(spark, reference), dhcp_networks(reference))
+                                       reference_data(reference), dhcp_networks(reference))
     assert unparsed == []
     found = rows(rules["c2_beaconing"].detect(events))
     assert {c["entity"]["value"] for c in found} == {c2["entity"]["value"]}  # no false positive either

@@ -1,9 +1,10 @@
-"""Stream-static enrichment with the reference tables: real Delta tables in tmp_path, real Spark joins."""
+"""Stream-static enrichment with the reference tables: real Delta tables in tmp_path, real Spark."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 
 import pyarrow as pa
 import pytest
@@ -11,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from core.config import TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.reference_data import SCHEMAS, ReferenceCache, prepare_networks
-from enrich.static_joins import enrich_static, ipv4_to_long
+from enrich.static_joins import enrich_static, ipv4_to_int
 from tests.parse_helpers import INGESTED, get
 
 
@@ -107,7 +108,7 @@ def enriched(spark, tmp_path_factory) -> dict[str, dict]:
     lake = tmp_path_factory.mktemp("lake")
     write_reference(lake)
     ev = events(spark)
-    out = enrich_static(ev, ReferenceCache(spark, lake).current())
+    out = enrich_static(ev, ReferenceCache(lake).current())
     rows = by_name(out)
     assert len(rows) == len(LINES) == ev.count()  # exactly one row per input row, duplicate IOCs included
     return rows
@@ -148,7 +149,7 @@ def test_direction_is_added_to_a_null_network_struct(spark, tmp_path):
     ev = events(spark, ["inbound"])
     # An event whose parser set no network.* field has network = null; it still gets a direction.
     ev = ev.withColumn("network", F.lit(None).cast(ev.schema["network"].dataType))
-    r = by_name(enrich_static(ev, ReferenceCache(spark, tmp_path).current()))["inbound"]
+    r = by_name(enrich_static(ev, ReferenceCache(tmp_path).current()))["inbound"]
     assert r["network"] == {"transport": None, "protocol": None, "type": None, "bytes": None, "community_id": None,
                             "direction": "inbound"}
 
@@ -222,7 +223,7 @@ def test_input_columns_are_unchanged_and_extras_appended(spark, enriched):
 
 
 def test_missing_reference_tables_give_nulls_not_errors(spark, tmp_path):
-    out = enrich_static(events(spark), ReferenceCache(spark, tmp_path / "empty-lake").current())
+    out = enrich_static(events(spark), ReferenceCache(tmp_path / "empty-lake").current())
     rows = by_name(out)
     assert len(rows) == len(LINES)
     for r in rows.values():
@@ -234,14 +235,14 @@ def test_missing_reference_tables_give_nulls_not_errors(spark, tmp_path):
 
 def test_partial_lake_uses_the_tables_present(spark, tmp_path):
     write_reference(tmp_path, names=(TABLE_NETWORKS,))
-    row = by_name(enrich_static(events(spark, ["internal_static_src"]), ReferenceCache(spark, tmp_path).current()))
+    row = by_name(enrich_static(events(spark, ["internal_static_src"]), ReferenceCache(tmp_path).current()))
     r = row["internal_static_src"]
     assert get(r, "source.geo.name") == "london-dc" and get(r, "nightjar.asset") is None
 
 
 def test_ioc_added_to_the_table_is_matched_at_the_next_call_without_restart(spark, tmp_path):
     write_reference(tmp_path)
-    cache = ReferenceCache(spark, tmp_path)
+    cache = ReferenceCache(tmp_path)
     ev = events(spark, ["external_unknown"])
     first = cache.current()
     assert cache.loads == 4 and first.versions[TABLE_IOCS] == 0
@@ -261,7 +262,7 @@ def test_ioc_added_to_the_table_is_matched_at_the_next_call_without_restart(spar
 
 
 def test_a_table_created_after_start_is_picked_up(spark, tmp_path):
-    cache = ReferenceCache(spark, tmp_path)
+    cache = ReferenceCache(tmp_path)
     assert cache.current().versions[TABLE_NETWORKS] is None
     write_reference(tmp_path, names=(TABLE_NETWORKS,))
     assert cache.current().versions[TABLE_NETWORKS] == 0
@@ -277,13 +278,10 @@ def test_network_flattening_gives_one_range_per_address():
     assert covering == ["10.20.5.0/24"]
 
 
-def test_ipv4_to_long(spark):
-    from pyspark.sql import functions as F
-
-    values = ["10.20.5.7", "255.255.255.255", "0.0.0.0", "256.1.1.1", "1.2.3", "2001:db8::1", "01.2.3.4", None]
-    df = spark.createDataFrame([(v,) for v in values], "ip string")
-    got = [r[0] for r in df.select(ipv4_to_long(F.col("ip"))).collect()]
-    assert got == [169084167, 4294967295, 0, None, None, None, None, None]
+def test_ipv4_to_int():
+    values = ["10.20.5.7", "255.255.255.255", "0.0.0.0", "256.1.1.1", "1.2.3", "2001:db8::1", "01.2.3.4", None,
+              " 10.0.0.1", "10.0.0.1\n"]
+    assert [ipv4_to_int(v) for v in values] == [169084167, 4294967295, 0, None, None, None, None, None, None, None]
 
 
 def _leaves(typ, prefix: str = "") -> dict[str, str]:
@@ -304,7 +302,7 @@ def test_enrichment_adds_exactly_the_contracts_enrichment_fields_with_their_type
     from ingest.events_contract import ENRICHMENT_FIELDS
 
     before = _leaves(events(spark).schema)
-    after = _leaves(enrich_static(events(spark), ReferenceCache(spark, tmp_path).current()).schema)
+    after = _leaves(enrich_static(events(spark), ReferenceCache(tmp_path).current()).schema)
     added = {p: t for p, t in after.items() if p not in before}
     assert added == {f.path: f.type for f in ENRICHMENT_FIELDS}
     assert {p: after[p] for p in before} == before  # input leaves unchanged
@@ -322,3 +320,38 @@ def test_the_rules_events_schema_holds_every_core_and_enrichment_path_with_its_c
     want = {f.path: f.type for f in (*CORE_FIELDS, *ENRICHMENT_FIELDS)}
     assert {p: got.get(p) for p in want} == want
     assert set(got) - set(want) == {EVENT_TIME_COLUMN}
+
+
+def test_the_lookups_run_inside_the_batchs_own_job_without_broadcasts(spark, tmp_path):
+    """The design's point (enrich/static_joins.py): no Spark job of its own per micro-batch. Eleven broadcast joins ran
+    four to five broadcast jobs in every batch, whatever its size."""
+    write_reference(tmp_path)
+    ref = ReferenceCache(tmp_path).current()
+    ev = events(spark).localCheckpoint()
+    sc = spark.sparkContext
+    sc.setJobGroup("enrich-jobs", "enrich-jobs")
+    try:
+        enrich_static(ev, ref).write.format("noop").mode("overwrite").save()
+    finally:
+        sc.setJobGroup("", "")
+    assert len(sc.statusTracker().getJobIdsForGroup("enrich-jobs")) == 1
+
+
+def test_each_batch_of_a_partition_and_a_new_reference_version_are_looked_up(spark, tmp_path):
+    """Several Arrow batches per task (a small batch size) and a second reference version in the same Python workers:
+    every row is looked up, with the version it was planned with."""
+    write_reference(tmp_path)
+    cache = ReferenceCache(tmp_path)
+    ev = events(spark, ["external_unknown", "out_to_ioc_ip", "inbound"] * 3).repartition(1)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        first = [get(r.asDict(recursive=True), "threat.indicator.value")
+                 for r in enrich_static(ev, cache.current()).collect()]
+        write_deltalake(str(tmp_path / TABLE_IOCS), table(TABLE_IOCS, [ioc("8.8.8.8", "ip", "test-c2")]),
+                        mode="append")
+        second = [get(r.asDict(recursive=True), "threat.indicator.value")
+                  for r in enrich_static(ev, cache.current()).collect()]
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert Counter(first) == {None: 6, "198.51.100.66": 3}
+    assert Counter(second) == {None: 3, "198.51.100.66": 3, "8.8.8.8": 3}

@@ -96,7 +96,7 @@ def events_from_generated(spark: SparkSession, out_dir: Path) -> DataFrame:
     dhcp_networks = [r["cidr"] for r in refs[TABLE_NETWORKS] if r.get("dhcp")]
     bronze = spark.read.parquet(str(bronze_parquet(files, out_dir / BRONZE_CACHE)))
     parsed = parse_bronze(bronze)
-    return enrich_static(events_from(attribute_batch(parsed, dhcp_networks)), reference_from_tables(spark, refs))
+    return enrich_static(events_from(attribute_batch(parsed, dhcp_networks)), reference_from_tables(refs))
 
 
 def ground_truth(out_dir: Path) -> list[dict]:

@@ -147,7 +147,7 @@ def _parse_generated(lake: Path, events: int, before: dt.datetime, seed: int, ch
         reference = {name: [_reference_row(ln) for ln in (out / f"{name}.jsonl").read_text().splitlines() if ln]
                      for name in ("assets", "users", "networks", "iocs") if (out / f"{name}.jsonl").exists()}
         spark = build_spark((settings or Settings()).with_(shuffle_partitions=2), app_name="nightjar-bench-bulk")
-        ref = reference_from_tables(spark, reference)
+        ref = reference_from_tables(reference)
         dhcp = dhcp_networks(reference)
         n_chunks = max(1, math.ceil(sum(len(v) for v in files.values()) / chunk))
         parts = []

@@ -719,7 +719,7 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
         n = bronze.count()
         cache_s = time.monotonic() - t
         networks = dhcp_networks_from_lake(lake / TABLE_NETWORKS)
-        ref = ReferenceCache(spark, lake).current()
+        ref = ReferenceCache(lake).current()
         rules, _errors = load_rules([BUILTIN_RULES], events_schema(spark))
         single = [r for r in rules if not r.stateful]
         windowed = [r for r in rules if r.stateful and r.windowed is not None]
