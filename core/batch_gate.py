@@ -13,7 +13,9 @@ manager stopped the pipeline while a batch ran. A stop should log no ERROR, so t
    has ended at the gate; a batch still running after ``wait_s`` is interrupted as before, with a log line saying so.
 
 The wait is bounded by one micro-batch's duration (a few seconds live; ``wait_s`` caps it below the grace that
-``nightjar demo`` and service managers give before SIGKILL).
+``nightjar demo`` and service managers give before SIGKILL). It counts from the stop's request (:class:`StopRequest`),
+not from when the pipeline gets round to stopping: a signal that arrives while the supervisor starts a query (seconds
+on a loaded machine) must not push the end of the stop past that grace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ POLL_S = 0.05  # how often a query's state is asked while the stop waits for its
 
 class BatchNotStarted(RuntimeError):
     """A micro-batch was due after the stop was requested: its query ends before doing any of the batch's work."""
+
+
+class StopRequest(threading.Event):
+    """A :class:`threading.Event` that remembers when it was first set (monotonic clock): the stop's deadline counts
+    from the request (a signal handler sets it), whatever the pipeline was busy with then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requested_at: float | None = None
+
+    def set(self) -> None:
+        if self.requested_at is None:
+            self.requested_at = time.monotonic()
+        super().set()
 
 
 class BatchGate:
@@ -75,19 +91,22 @@ def _between_batches(query: Any) -> bool:
 
 
 def stop_between_batches(queries: Iterable[Any], wait_s: float, gate: BatchGate = BATCH_GATE,
-                         stop: Callable[[Any], None] | None = None) -> list[str]:
-    """Close ``gate`` and stop every query of ``queries`` once it is between micro-batches; after ``wait_s`` seconds
-    stop the rest anyway (interrupting their batches). Returns the names of the queries that were interrupted.
+                         stop: Callable[[Any], None] | None = None, requested_at: float | None = None) -> list[str]:
+    """Close ``gate`` and stop every query of ``queries`` once it is between micro-batches; ``wait_s`` seconds after
+    ``requested_at`` (monotonic; default now) stop the rest anyway (interrupting their batches). Returns the names of
+    the queries that were interrupted.
 
     ``stop(query)`` stops one query (default ``query.stop()``); callers pass theirs to handle a JVM already gone.
     """
     stop = stop or (lambda q: q.stop())
     gate.close()
     pending = [q for q in queries if _is_active(q)]
-    deadline = time.monotonic() + max(wait_s, 0.0)
+    now = time.monotonic()
+    deadline = min(requested_at if requested_at is not None else now, now) + max(wait_s, 0.0)
     running = [_name(q) for q in pending if not _between_batches(q)]
     if running:
-        log.info("stop: waiting up to %.0f s for the running micro-batch of %s to finish", wait_s, ", ".join(running))
+        log.info("stop: waiting up to %.0f s for the running micro-batch of %s to finish",
+                 max(deadline - now, 0.0), ", ".join(running))
     interrupted: list[str] = []
     try:
         _stop_all(pending, deadline, wait_s, stop, interrupted)

@@ -104,9 +104,10 @@ DEFAULT_LEASE_HOLD_S = 60.0
 # new Python process) and recover on the next attempt within seconds: a transient, recorded in pipeline_progress
 # and the log, not an outage. Two minutes cover the supervisor's first backoff steps (1+2+4+8+16 s) and their starts.
 DEFAULT_HEALTH_GRACE_S = 120.0
-# How long a stop waits for running micro-batches to finish before interrupting them: below the 30 s that
-# `nightjar demo` (and docker/systemd by default or less) allow before SIGKILL.
-DEFAULT_STOP_WAIT_S = 20.0
+# How long a stop waits, from the signal, for running micro-batches to finish before interrupting them. The stop then
+# needs a few seconds more (progress flush, Spark's own stop): 15 s keeps the whole stop within the 30 s that the docs
+# ask service managers to give before SIGKILL (`nightjar demo` gives its pipeline 45 s).
+DEFAULT_STOP_WAIT_S = 15.0
 
 # Parsing (ingest/sources/record_parser.py). A record larger than this is quarantined unparsed: it bounds the regex and
 # JSON work one record can cost (RFC 5424 asks receivers to accept 2 KiB, should 8 KiB; Zeek lines are < 4 KiB).

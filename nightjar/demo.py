@@ -32,7 +32,10 @@ from ingest.embedded_broker import EmbeddedBroker, ensure_topics, free_port, por
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 30.0
+# Each child's SIGTERM-to-SIGKILL grace. The pipeline needs the most: Settings.stop_wait_s (from the signal) for a
+# running micro-batch, then its flush and Spark's stop; a cold batch on a loaded 2-core machine takes longer than the
+# wait and is interrupted (replayed by the next run), so the stop ends within about stop_wait_s + 10 s.
+STOP_GRACE_S = 45.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -51,7 +51,7 @@ from pyspark.sql.streaming import StreamingQuery
 # arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
 # pySigma) (nightjar/cli.py).
 from alerts.rule_sources import add_rules_arguments, rules_from_args
-from core.batch_gate import BATCH_GATE, BatchNotStarted, stop_between_batches
+from core.batch_gate import BATCH_GATE, BatchNotStarted, StopRequest, stop_between_batches
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
@@ -324,13 +324,15 @@ class Supervisor:
     """Starts the queries, restarts the ones that fail, follows the rule files, reports rule health."""
 
     def __init__(self, spark: SparkSession, settings: Settings, trigger: Trigger, names: list[str],
-                 recorder=None, poll_s: float = 10.0, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
+                 recorder=None, poll_s: float = 10.0, max_restarts: int = DEFAULT_MAX_RESTARTS,
+                 stop_request: threading.Event | None = None) -> None:
         from alerts.detection_stream import RuleHealth, RuleSet, SingleEventDetector
         from alerts.rule_sources import rule_sources
 
         self.spark, self.settings, self.trigger, self.names = spark, settings, trigger, names
         INTERRUPTED_BATCHES.stopping.clear()  # a new run in the same process (tests, the demo): not stopping yet
-        BATCH_GATE.open()
+        # Set by a signal handler: from then on no query is started, and the stop's wait counts from its moment.
+        self.stop_request = stop_request or StopRequest()
         self.recorder = recorder
         self.poll_s = poll_s
         self.max_restarts = max_restarts
@@ -463,6 +465,8 @@ class Supervisor:
         self.check_outages()
         for m in list(self.managed.values()):
             if m.start_after is not None:  # waiting for its first start
+                if self.stop_request.is_set():  # stopping: a cold start now would only delay the stop
+                    continue
                 if m.start_after():
                     m.start_after = None
                     try:
@@ -546,7 +550,8 @@ class Supervisor:
         # Each query stops once its running micro-batch is done (core.batch_gate): an interrupted batch's tasks log
         # ERRORs in Spark's log, and its work is done again by the next run.
         stop_between_batches([m.query for m in self.managed.values() if m.query is not None],
-                             self.settings.stop_wait_s, stop=_stop_query)
+                             self.settings.stop_wait_s, stop=_stop_query,
+                             requested_at=getattr(self.stop_request, "requested_at", None))
 
     # -- health alerts ---------------------------------------------------------------------------------------------
     # A rule is *down* from its query's first failure until one of its batches completes again (RuleHealth's status
@@ -692,7 +697,8 @@ def _utc(ts: dt.datetime) -> str:
 
 def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None = None,
                  stop_event: threading.Event | None = None, max_restarts: int = DEFAULT_MAX_RESTARTS) -> None:
-    """Start the queries and supervise them until they finish (available-now), the run fails, or ``stop_event``."""
+    """Start the queries and supervise them until they finish (available-now), the run fails, or ``stop_event``
+    (a :class:`~core.batch_gate.StopRequest` makes the stop's wait count from the moment it was set)."""
     from nightjar.progress_recorder import ProgressRecorder
 
     check_lake_writable(settings.lake)
@@ -702,8 +708,9 @@ def run_pipeline(settings: Settings, trigger: Trigger, queries: list[str] | None
     recorder = ProgressRecorder(settings.table_path(TABLE_PIPELINE_PROGRESS))
     spark.streams.addListener(recorder)
     names = list(queries or QUERIES)
-    stop_event = stop_event or threading.Event()
-    supervisor = Supervisor(spark, settings, trigger, names, recorder, max_restarts=max_restarts)
+    stop_event = stop_event or StopRequest()
+    supervisor = Supervisor(spark, settings, trigger, names, recorder, max_restarts=max_restarts,
+                            stop_request=stop_event)
     upkeep = None
     if not trigger.available_now and settings.upkeep_interval_s > 0:  # compaction, checkpoints, vacuum: upkeep.py
         from nightjar.upkeep import Upkeep
@@ -830,10 +837,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.max_record_bytes is not None:
         changes["max_record_bytes"] = args.max_record_bytes
     settings = settings.with_(**changes)
-    stop = threading.Event()
+    stop = StopRequest()
 
     def on_signal(signum: int, _frame: object) -> None:
-        # A running micro-batch is interrupted; its offsets are not committed, so the next run replays it exactly.
+        # Each query stops after its running micro-batch (Supervisor.stop); one still running Settings.stop_wait_s
+        # after this moment is interrupted: its offsets are not committed, so the next run replays it exactly.
         log.info("received %s: stopping the queries", signal.Signals(signum).name)
         stop.set()
 
