@@ -47,10 +47,10 @@ from alerts.detection_input import detection_input, events_schema
 from alerts.rule_loader import Rule, RuleError, load_rules, not_applicable_line, rule_files
 from alerts.single_event_pass import collect_candidates
 from alerts.window_aggregator import RULE, aggregate, finish
-from core.batch_gate import BATCH_GATE
+from core.batch_gate import batch_function
 from core.checkpoints import batch_timestamp
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_PIPELINE_PROGRESS, Settings
-from core.errors import short_batch_errors, summarize_query_error
+from core.errors import summarize_query_error
 from core.lake import is_delta_table, table_dataset
 from core.spark_session import NO_DATA_BATCHES_OFF, materialized, release, session_conf
 from core.triggers import QUERY_WINDOWED, QUERY_WINDOWED_APPEND, Trigger
@@ -485,7 +485,7 @@ def start_windowed(spark: SparkSession, settings: Settings, ruleset: RuleSet, ru
     events = detection_input(events_stream(spark, settings, ruleset.schema, checkpoint), observe_as=name)
     events = events.withWatermark(EVENT_TIME_COLUMN, settings.detection_watermark)
     out = aggregate(events, specs).withColumn(BATCH_TS, F.current_timestamp())
-    writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(BATCH_GATE.guard(short_batch_errors(write)))
+    writer = (out.writeStream.queryName(name).outputMode(output_mode).foreachBatch(batch_function(write))
               .option("checkpointLocation", str(checkpoint)))
     # Update mode emits nothing when only the watermark moves: no such batches (see NO_DATA_BATCHES_OFF).
     with session_conf(spark, NO_DATA_BATCHES_OFF if output_mode == "update" else {}):
@@ -547,7 +547,7 @@ def start_own_query(spark: SparkSession, settings: Settings, ruleset: RuleSet, r
     checkpoint = settings.checkpoint(f"rules/{rule.rule_id}-{rule.digest}")
     out = rule.detect(detection_input(events_stream(spark, settings, ruleset.schema, checkpoint))).withColumn(
         BATCH_TS, F.current_timestamp())
-    writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(BATCH_GATE.guard(short_batch_errors(write)))
+    writer = (out.writeStream.queryName(name).outputMode(rule.output_mode).foreachBatch(batch_function(write))
               .option("checkpointLocation", str(checkpoint)))
     log.info("started query %s (%s, %s)", name, rule.kind, rule.source.name)
     return trigger.apply(writer).start()

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from core.errors import short_batch_errors
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # how often a query's state is asked while the stop waits for its batch to end
@@ -80,6 +82,12 @@ class BatchGate:
 
 
 BATCH_GATE = BatchGate()
+
+
+def batch_function(fn: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """What a query's ``foreachBatch`` runs: ``fn`` behind :data:`BATCH_GATE` (no micro-batch starts once a stop has
+    closed it) with its failures reaching Spark as one short line (:func:`core.errors.short_batch_errors` says why)."""
+    return BATCH_GATE.guard(short_batch_errors(fn))
 
 
 def _between_batches(query: Any) -> bool:

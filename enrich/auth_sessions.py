@@ -37,9 +37,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from core.batch_gate import BATCH_GATE
+from core.batch_gate import batch_function
 from core.config import DEFAULT_AUTH_SESSIONS_WATERMARK, TABLE_ASSETS, TABLE_AUTH_SESSIONS, Settings
-from core.errors import short_batch_errors
 from core.lake import is_delta_table
 from core.spark_session import PoolCheck, scheduler_pool
 from core.triggers import QUERY_AUTH_SESSIONS, Trigger
@@ -213,7 +212,7 @@ def start_auth_sessions(spark: SparkSession, settings: Settings, trigger: Trigge
 
     sessions = auth_sessions_stream(events, servers_frame(spark, settings))
     writer = (sessions.writeStream.queryName(QUERY_AUTH_SESSIONS).outputMode("append")
-              .foreachBatch(BATCH_GATE.guard(short_batch_errors(write)))
+              .foreachBatch(batch_function(write))
               .option("checkpointLocation", str(settings.checkpoint(QUERY_AUTH_SESSIONS))))
     # Off the alert path (no rule reads auth_sessions): its batches take a core only when no ingest or rule task
     # waits, so that they do not add to event -> alert latency on a small machine.

@@ -234,7 +234,7 @@ def _leaf(batch: pa.RecordBatch, path: str) -> list[Any]:
     for part in rest:
         if not pa.types.is_struct(array.type) or array.type.get_field_index(part) < 0:
             return [None] * batch.num_rows
-        array = array.flatten()[array.type.get_field_index(part)]
+        array = pc.struct_field(array, [array.type.get_field_index(part)])  # one child, parent nulls kept
     return array.to_pylist()
 
 

@@ -51,7 +51,7 @@ from pyspark.sql.streaming import StreamingQuery
 # arguments, and --help or a bad argument must not wait for the stages' own dependencies (pandas, scikit-learn,
 # pySigma) (nightjar/cli.py).
 from alerts.rule_sources import add_rules_arguments, rules_from_args
-from core.batch_gate import BATCH_GATE, BatchNotStarted, StopRequest, stop_between_batches
+from core.batch_gate import BatchNotStarted, StopRequest, batch_function, stop_between_batches
 from core.checkpoints import clear_unplanned_first_batch
 from core.config import (
     DETECTION_POLL,
@@ -66,7 +66,7 @@ from core.config import (
     Settings,
 )
 from core.durations import parse_duration
-from core.errors import DataLossError, UserError, short_batch_errors, summarize_query_error
+from core.errors import DataLossError, UserError, summarize_query_error
 from core.fault_points import fault_point
 from core.lake import add_create_argument, require_lake
 from core.spark_session import (
@@ -256,7 +256,7 @@ def start_ingest(spark: SparkSession, settings: Settings, trigger: Trigger, dete
     hold_s = 0.0 if drain else settings.lease_hold_s
     unified = attribute_stream(parsed, dhcp_networks_from_lake(settings.table_path(TABLE_NETWORKS)), hold_s=hold_s)
     writer = (unified.withColumn(BATCH_TS, F.current_timestamp()).writeStream.queryName(QUERY_INGEST)
-              .foreachBatch(BATCH_GATE.guard(short_batch_errors(write))).option("checkpointLocation", str(checkpoint)))
+              .foreachBatch(batch_function(write)).option("checkpointLocation", str(checkpoint)))
     # The operator's processing-time timeouts make Spark run micro-batches for ever, also under availableNow: a
     # drain reads up to the ends the topics had at start (endingOffsets) under a processing-time trigger, and the
     # supervisor stops it between two micro-batches, once one without input has run.

@@ -33,9 +33,8 @@ from alerts.detection_stream import BATCH_TS, AlertFolder, batch_time, events_st
 from alerts.ml import behaviour_model, domain_model
 from alerts.ml.features import INPUT_COLUMNS, entity_features
 from alerts.ml.model_store import ModelTracker, versions
-from core.batch_gate import BATCH_GATE
+from core.batch_gate import batch_function
 from core.config import DEFAULT_ML_WATERMARK, ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, Settings
-from core.errors import short_batch_errors
 from core.spark_session import PoolCheck, scheduler_pool
 from core.triggers import QUERY_ML, Trigger
 from ingest.arrow_parse import EVENT_TIME_COLUMN
@@ -224,7 +223,7 @@ def start_ml_scoring(spark, settings: Settings, trigger: Trigger, health=None):
                                            columns=INPUT_COLUMNS), observe_as=QUERY_ML)
     events = events.withWatermark(EVENT_TIME_COLUMN, DEFAULT_ML_WATERMARK)
     feats = entity_features(events, time_col=EVENT_TIME_COLUMN).withColumn(BATCH_TS, F.current_timestamp())
-    writer = (feats.writeStream.queryName(QUERY_ML).outputMode("update").foreachBatch(BATCH_GATE.guard(short_batch_errors(write)))
+    writer = (feats.writeStream.queryName(QUERY_ML).outputMode("update").foreachBatch(batch_function(write))
               .option("checkpointLocation", str(settings.checkpoint(QUERY_ML))))
     interval = ml_interval(settings, trigger)
     writer = writer.trigger(availableNow=True) if interval is None else writer.trigger(processingTime=interval)
