@@ -12,11 +12,16 @@ Spark drop every honest event behind it. Such events stay in ``events`` for hunt
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from enrich.reference_data import reference_from_tables
+from enrich.static_joins import enrich_static
 from ingest.arrow_parse import EVENT_TIME_COLUMN, events_of, parse_bronze
+from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
 
 MAX_CLOCK_SKEW = "10 minutes"
 
@@ -45,9 +50,7 @@ def events_schema(spark: SparkSession) -> StructType:
     Derived from the code that writes the table — an empty parse through the enrichment — so it cannot drift; with
     the narrow contract that plan analyses in milliseconds, so nothing is stored.
     """
-    from enrich.reference_data import reference_from_tables
-    from enrich.static_joins import enrich_static
-    from ingest.file_source import lines_dataframe
+    from ingest.file_source import lines_dataframe  # deferred: loads pyspark's data source API
 
     empty = events_of(parse_bronze(lines_dataframe(spark, [])))
     return detection_input(enrich_static(empty, reference_from_tables({}))).schema
@@ -58,11 +61,6 @@ def contract_schema() -> StructType:
 
     Compiling a rule only needs the column paths and types, so ``nightjar rules check`` and other compile-only
     callers use this and start no JVM; a test checks that it agrees with :func:`events_schema` leaf by leaf."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
-
     columns = arrow_schema((*CORE_FIELDS, *ENRICHMENT_FIELDS))
     arrow = columns.append(pa.field(EVENT_TIME_COLUMN, pa.timestamp("us", tz="UTC")))
     return from_arrow_schema(arrow)

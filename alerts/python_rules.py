@@ -80,6 +80,7 @@ from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
 from ingest.arrow_parse import EVENT_TIME_COLUMN, parse_bronze, quarantine_of
+from ingest.field_resolver import column
 from ingest.file_source import lines_dataframe
 
 EVENT_TIME = EVENT_TIME_COLUMN  # the watermarked event-time column of the streaming pipeline
@@ -452,8 +453,6 @@ def field(name: str, datasets: Iterable[str] | None = None) -> Column:
     source's own field (``conn_state``, an old wide path such as ``zeek.connection.state``) as a typed read of
     ``detail`` for ``datasets`` (every dataset when None); a name no source defines raises
     :class:`ingest.field_resolver.UnknownField` when the rule's spec is built, i.e. when the rule is loaded."""
-    from ingest.field_resolver import column
-
     return column(name, datasets)
 
 

@@ -45,8 +45,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-# The compilers (pySigma, pandas) are imported inside the functions that compile: the dashboard imports this module
-# to list the rules, and a page view must not load them.
+# The compilers (pySigma, pandas) and the field resolver (pyarrow) are imported inside the functions that use them:
+# the dashboard imports this module to list the rules, and a page view must not load them.
 from alerts.alert_builder import DEFAULT_SUPPRESS_S, RuleMeta
 from alerts.alert_schema import ENTITY_TYPES, SEVERITIES, conform_candidates
 from alerts.rule_sources import BUILTIN_RULES, is_builtin  # noqa: F401 (BUILTIN_RULES: re-exported)

@@ -15,6 +15,8 @@ import argparse
 from collections.abc import Iterable
 from pathlib import Path
 
+from core.errors import UserError
+
 BUILTIN_RULES = Path(__file__).resolve().parent / "rule_pack"
 
 
@@ -39,8 +41,6 @@ def add_rules_arguments(parser: argparse.ArgumentParser, what: str = "rule file 
 def rules_from_args(args: argparse.Namespace, settings) -> list[Path]:
     """The rule sources a command loads: its ``--rules`` (else the configured ``NIGHTJAR_RULES``) beside the
     built-in pack unless ``--no-builtin-rules``. A path that does not exist, or no rules at all, is a UserError."""
-    from core.errors import UserError
-
     paths = list(getattr(args, "rules", None) or settings.rules)
     builtin = settings.builtin_rules if getattr(args, "builtin_rules", None) is None else args.builtin_rules
     for p in paths:

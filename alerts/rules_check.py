@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+# The loader and compilers (pyspark, pySigma) are imported in check(): `nightjar rules` imports this module at start
+# (alerts/rules_test.py), and its --help or a bad argument must not wait for them (nightjar/cli.py).
 from core.config import Settings
 from core.errors import UserError
 

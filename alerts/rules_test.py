@@ -24,6 +24,8 @@ from pathlib import Path
 
 # Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
 # rules`'s arguments, and --help or a bad argument must not wait for pyspark and pandas (nightjar/cli.py).
+from alerts import rules_check
+from alerts.rule_sources import add_rules_arguments, rules_from_args
 from core.address_plan import network_rows
 from core.config import Settings
 from core.errors import UserError
@@ -174,8 +176,6 @@ def _iso(ts) -> str | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from alerts.rule_sources import add_rules_arguments
-
     parser.add_argument("action", choices=["test", "list", "check"],
                         help="test: run every rule's samples; list: the rules; check PATH…: compile without running "
                              "and say per rule compiled / not_applicable / refused (alerts/rules_check.py)")
@@ -192,12 +192,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from alerts.detection_input import events_schema
     from alerts.detection_stream import read_rule_health
     from alerts.rule_loader import load_rules, not_applicable_line
-    from alerts.rule_sources import rules_from_args
     from core.spark_session import build_spark
 
     if args.action == "check":  # compile only: no Spark session
-        from alerts import rules_check
-
         return rules_check.run(list(args.paths or []) + list(args.rules or []), args.json, args.strict, settings)
     args.rules = (args.rules or []) + (args.paths or [])
     paths = rules_from_args(args, settings)

@@ -30,6 +30,11 @@ from pathlib import Path
 
 import yaml
 
+# The pipeline's stages (pyspark, pySigma) are imported in the functions that run the cases: `nightjar bench
+# regression` imports this module for its case list, and its --help or a bad argument must not wait for them.
+from core.config import Settings
+from ingest.capture_files import capture_lines
+
 FORMS = ("evtx", "json")
 _ID_LINE = re.compile(r"^id:\s*['\"]?([0-9a-fA-F-]{36})", re.MULTILINE)
 
@@ -95,8 +100,6 @@ def rule_files_by_id(rules_root: Path, ids: Iterable[str]) -> dict[str, Path]:
 
 def _lines(case: Case) -> list[str]:
     """The event records of ``case`` as single-line JSON texts (the form the Windows source parses)."""
-    from ingest.capture_files import capture_lines
-
     if case.form == "json":
         text, docs, at = case.path.read_text(encoding="utf-8"), [], 0
         decoder = json.JSONDecoder()
@@ -200,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regression", type=Path, required=True, help="SigmaHQ's regression_data/ folder")
     parser.add_argument("--json", action="store_true", help="one JSON object per test and form")
     args = parser.parse_args(argv)
-    from core.config import Settings
     from core.spark_session import build_spark
 
     spark = build_spark(Settings(spark_master="local[2]", shuffle_partitions=2), app_name="nightjar-sigma-regression")

@@ -293,9 +293,6 @@ def settings_from_env(environ: dict[str, str] | None = None, **overrides: object
 
 def _health_grace(text: str) -> float:
     """``NIGHTJAR_HEALTH_GRACE`` in seconds (0: every failure raises a health alert at once); a UserError otherwise."""
-    from core.durations import parse_duration
-    from core.errors import UserError
-
     try:
         return parse_duration(text, f"{ENV_HEALTH_GRACE} (how long a failed rule may stay down before a health alert)")
     except ValueError as exc:
@@ -321,8 +318,6 @@ def trigger_interval(text: str | float, env_name: str = ENV_ML_TRIGGER) -> str:
 
 def jvm_memory(text: str, env_name: str) -> str:
     """A JVM memory size (``3g``, ``8192m``) from ``env_name``'s value; a UserError naming the variable otherwise."""
-    from core.errors import UserError
-
     value = str(text).strip().lower()
     if not value[:-1].isdigit() or value[-1] not in "kmgt" or int(value[:-1]) <= 0:
         raise UserError(f"{env_name} {text!r} must be a JVM memory size such as 3g or 8192m", exit_code=2)
@@ -341,8 +336,6 @@ def env_flag(text: str, env_name: str) -> bool:
 
 def byte_count(text: str, env_name: str) -> int:
     """A positive whole number of bytes from ``env_name``'s value; a UserError naming the variable otherwise."""
-    from core.errors import UserError
-
     try:
         value = int(str(text).strip().replace("_", ""))
     except ValueError:
@@ -356,8 +349,6 @@ def byte_count(text: str, env_name: str) -> int:
 def header_name(text: str, what: str) -> str:
     """An HTTP header name (letters, digits, '-'); a UserError naming ``what`` otherwise."""
     import re
-
-    from core.errors import UserError
 
     name = text.strip()
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9-]*", name):

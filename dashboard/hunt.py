@@ -44,6 +44,10 @@ from core.config import DEFAULT_HUNT_MAX_BYTES, ENV_HUNT_MAX_BYTES, TABLE_EVENTS
 from core.lake import list_tables, table_dataset
 from dashboard.lakedb import TABLE_SAVED_HUNTS, has_table, query
 from dashboard.triage import append_rows
+from ingest.events_contract import DETAIL
+from ingest.field_resolver import UnknownField, duckdb_sql, resolve
+from ingest.source_views import duckdb_view_sql, view_name
+from ingest.sources import datasets
 
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_MAX_ROWS = 10_000
@@ -170,9 +174,6 @@ def check_sql(sql: str) -> None:
 
 def dataset_views() -> dict[str, str]:
     """View name -> dataset, for every dataset of the source registry (``zeek.conn`` -> ``zeek_conn``)."""
-    from ingest.source_views import view_name
-    from ingest.sources import datasets
-
     return {view_name(d): d for d in sorted(datasets())}
 
 
@@ -180,8 +181,6 @@ def field_sql(name: str, datasets: list[str] | None = None) -> str:
     """The DuckDB expression over ``events`` reading field ``name`` for ``datasets`` (all when None): a core column,
     or ``detail['key']`` typed, or a CASE on ``event.dataset`` where datasets place it differently;
     :class:`HuntRefused` naming the field when no source of the datasets has it."""
-    from ingest.field_resolver import UnknownField, duckdb_sql, resolve
-
     try:
         return duckdb_sql(resolve(name.strip(), datasets or None))
     except UnknownField as exc:
@@ -210,9 +209,6 @@ def sandbox(lake: Path, threads: int = 2) -> duckdb.DuckDBPyConnection:
 def _create_dataset_views(con: duckdb.DuckDBPyConnection, tables: set[str]) -> None:
     """One view per registry dataset over ``events``, unless a lake table has its name. An ``events`` without the
     contract's ``detail`` column (a lake written before contract v2) gets none."""
-    from ingest.events_contract import DETAIL
-    from ingest.source_views import duckdb_view_sql
-
     if DETAIL not in con.table(TABLE_EVENTS).columns:
         return
     for view, dataset in dataset_views().items():

@@ -24,7 +24,7 @@ import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from core.config import ENV_ANALYST, ENV_DASHBOARD_USER_HEADER
+from core.config import ENV_ANALYST, ENV_DASHBOARD_USER_HEADER, settings_from_env
 
 SOURCE_HEADER, SOURCE_OIDC, SOURCE_LOCAL = "proxy header", "login", "local user"
 NO_LOGIN_BEYOND_LOOPBACK = (
@@ -93,8 +93,6 @@ def oidc_configured() -> bool:
 def current() -> Identity:
     """This Streamlit session's identity (:func:`resolve` over its request headers, login and server binding)."""
     import streamlit as st
-
-    from core.config import settings_from_env
 
     settings = settings_from_env()
     oidc = oidc_configured()

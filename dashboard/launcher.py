@@ -31,6 +31,7 @@ from core.config import (
 )
 from core.errors import UserError
 from core.process_control import sigterm_as_interrupt
+from dashboard.identity import is_loopback
 from ingest.embedded_broker import port_is_open
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.with_(dashboard_user_header=header_name(args.user_header, "--user-header"))
     if args.analyst is not None:
         settings = settings.with_(analyst=args.analyst.strip())
-    from dashboard.identity import is_loopback
-
     if not is_loopback(args.host) and not settings.dashboard_user_header:
         log.warning("the dashboard serves %s without a login proxy header (--user-header): analysts can triage only "
                     "if Streamlit's OIDC login is configured (docs/dashboard.md)", args.host)

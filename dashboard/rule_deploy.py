@@ -38,12 +38,12 @@ import pandas as pd
 import yaml
 
 # Spark-side modules are imported inside the functions that need them: the dashboard's pages import this module,
-# and a page view must not load pyspark.
+# and importing it must not load pyspark (only deploying a rule does).
 from core.config import TABLE_ALERTS, TABLE_EVENTS
 from dashboard.alerts_data import CURRENT_ALERTS_SQL
 from dashboard.lakedb import TABLE_ALERT_TRIAGE, has_table, query
 from dashboard.rule_lab import check_rule_text
-from dashboard.triage import TRIAGE_SCHEMA
+from dashboard.triage import TRIAGE_SCHEMA, statuses
 
 REPO = Path(__file__).resolve().parent.parent
 # A backtest starts a Spark driver (about 20-60 s on a busy 2-core machine) before it reads the period's events.
@@ -242,8 +242,6 @@ def _alert_frame(rows: list[dict], lake: Path) -> pd.DataFrame:
         df[col] = pd.to_datetime(df[col], utc=True, format="ISO8601").dt.tz_localize(None)
     verdicts = {}
     if has_table(lake, TABLE_ALERT_TRIAGE):
-        from dashboard.triage import statuses
-
         verdicts = dict(statuses(lake, df["alert_id"].tolist())[["alert_id", "status"]].itertuples(index=False))
     live = set()
     if has_table(lake, TABLE_ALERTS):

@@ -24,7 +24,9 @@ import yaml
 # Spark-side modules and the compilers are imported inside the functions that need them: the dashboard's pages
 # import this module, and a page view must not load pyspark or pySigma until a rule is checked.
 from core.config import TABLE_EVENTS
+from core.lake import table_dataset
 from dashboard.lakedb import has_table, query
+from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
 
 _LEVELS = ("informational", "low", "medium", "high", "critical")
 
@@ -48,8 +50,6 @@ def events_schema(lake: Path | None):
     if lake is not None and has_table(lake, TABLE_EVENTS):
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from core.lake import table_dataset
-
         return from_arrow_schema(table_dataset(lake, TABLE_EVENTS).schema)
     return contract_schema()
 
@@ -57,8 +57,6 @@ def events_schema(lake: Path | None):
 def contract_schema():
     """The ``events`` columns the contract declares (core + enrichment), as a Spark StructType, with no session."""
     from pyspark.sql.pandas.types import from_arrow_schema
-
-    from ingest.events_contract import CORE_FIELDS, ENRICHMENT_FIELDS, arrow_schema
 
     return from_arrow_schema(arrow_schema((*CORE_FIELDS, *ENRICHMENT_FIELDS)))
 

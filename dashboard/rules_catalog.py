@@ -18,8 +18,9 @@ from types import SimpleNamespace
 
 import yaml
 
-# Spark-side modules are imported inside the functions that need them: the dashboard's pages import this module,
-# and a page view must not load pyspark.
+# The rule loader's modules (pyspark, pySigma) are imported inside the functions that need them: the dashboard's
+# pages import this module, and importing it must not load them.
+from alerts.rule_sources import is_builtin, rule_sources
 from core.config import settings_from_env
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,6 @@ class RuleInfo:
 def rule_paths(paths: tuple[Path, ...] | list[Path] = ()) -> list[Path]:
     """``paths``, else what the pipeline runs: the built-in pack beside the configured rules (``NIGHTJAR_RULES``;
     without the pack when ``NIGHTJAR_BUILTIN_RULES=0``)."""
-    from alerts.rule_sources import rule_sources
-
     if paths:
         return list(paths)
     settings = settings_from_env()
@@ -131,8 +130,6 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = ()) -> list[RuleInfo]:
 
 def _without_replaced(rules: list[RuleInfo]) -> list[RuleInfo]:
     """The rules as the loader runs them: a rule outside the pack replaces the built-in rule of its id."""
-    from alerts.rule_sources import is_builtin
-
     mine = {r.rule_id for r in rules if not is_builtin(r.source)}
     return [r for r in rules if not (is_builtin(r.source) and r.rule_id in mine)]
 

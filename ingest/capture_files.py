@@ -163,7 +163,7 @@ def _json_documents(where: str, numbered: Iterable[tuple[int, bytes]]) -> Iterat
 
 
 def _evtx(where: str, open_: Callable[[], IO[bytes]], path: Path | None) -> Iterator[Line]:
-    from ingest.sources.windows.evtx_files import evtx_records
+    from ingest.sources.windows.evtx_files import evtx_records  # deferred: ingest.sources imports pyarrow
 
     if path is not None:
         records = evtx_records(path)

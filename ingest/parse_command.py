@@ -30,7 +30,9 @@ from pathlib import Path
 # Only light modules at import: the CLI imports this module to parse `nightjar parse`'s arguments (nightjar/cli.py).
 from core.config import Settings
 from core.errors import UserError
-from ingest.sources.record_parser import formats
+from ingest.capture_files import capture_lines
+from ingest.events_contract import as_ecs_json
+from ingest.sources.record_parser import formats, parse_record
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,10 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if max_bytes <= 0:
         raise UserError("--max-record-bytes must be positive", exit_code=2)
 
-    from ingest.capture_files import capture_lines
-    from ingest.events_contract import as_ecs_json
     from ingest.file_source import FILE_TOPIC
-    from ingest.sources.record_parser import parse_record
 
     ingested_us = int(time.time() * 1_000_000)
     good = bad = 0

@@ -90,6 +90,7 @@ def topic_of(line: bytes) -> str:
     """The raw topic of a line, as ``parse --format auto`` tells formats apart (the Windows source's own test)."""
     if line.lstrip()[:1] not in (b"{", b"["):
         return TOPIC_RAW_SYSLOG
+    # deferred: ingest.sources imports pyarrow, which only JSON lines need
     from ingest.sources.windows import detect
 
     try:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+# Spark-side modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# rebuild-events`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import (
     TABLE_BRONZE,
     TABLE_DHCP_SESSIONS,
@@ -43,6 +45,7 @@ from core.config import (
 from core.errors import UserError
 from core.lake import is_delta_table
 from core.triggers import QUERY_INGEST
+from enrich.reference_data import ReferenceCache
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,6 @@ def rebuild(settings: Settings) -> dict[str, int]:
         records_from,
         sessions_from,
     )
-    from enrich.reference_data import ReferenceCache
     from enrich.static_joins import enrich_static
     from ingest.arrow_parse import parse_bronze
     from ingest.delta_sink import write_batch

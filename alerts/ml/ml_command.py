@@ -23,9 +23,13 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from pyspark.sql import functions as F
 
-# Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar ml`'s
-# arguments, and --help or a bad argument must not wait for Spark's side of the pipeline (nightjar/cli.py).
+# The lake readers (core.lake, alerts.ml.ml_scoring: pyarrow.dataset) and alerts.ml.history (pyspark's data source
+# API) are imported in the functions that use them: the CLI imports this module to parse `nightjar ml`'s arguments,
+# and --help or a bad argument must not wait for them (nightjar/cli.py).
+from alerts.alert_builder import AlertBuilder, naive_utc
+from alerts.backtest import read_events
 from alerts.ml import behaviour_model, domain_model
 from alerts.ml.features import SLIDE_SECONDS, entity_features
 from alerts.ml.model_store import (
@@ -40,6 +44,7 @@ from alerts.ml.model_store import (
 from core.config import ML_BEHAVIOUR_MODEL, ML_DOMAIN_MODEL, ML_MODELS, TABLE_GROUND_TRUTH, Settings
 from core.durations import parse_time
 from core.errors import UserError
+from core.spark_session import build_spark
 
 HOLDOUT = 0.25  # the last quarter of the training window calibrates the thresholds
 
@@ -51,15 +56,11 @@ def _progress(msg: str) -> None:
 def feature_frame(spark, settings: Settings, generated: Path | None, start: dt.datetime | None,
                   end: dt.datetime | None) -> tuple[pd.DataFrame, list[str]]:
     """(entity-hour features of the window as pandas, distinct queried names of the window)."""
-    from pyspark.sql import functions as F
-
     if generated is not None:
         from alerts.ml.history import events_from_generated
 
         events = events_from_generated(spark, generated)
     else:
-        from alerts.backtest import read_events
-
         events = read_events(spark, settings.lake)
     ts = F.col("`@timestamp`")
     if start is not None:
@@ -157,8 +158,6 @@ def train_on_features(settings: Settings, features: pd.DataFrame, names: list[st
 
 
 def _overlaps(alert: dict, inc: dict, slack: dt.timedelta = dt.timedelta(minutes=5)) -> bool:
-    from alerts.alert_builder import naive_utc
-
     return (naive_utc(alert["first_seen"]) <= naive_utc(inc["end"]) + slack
             and naive_utc(alert["last_seen"]) >= naive_utc(inc["start"]) - slack)
 
@@ -212,7 +211,6 @@ def current_bundles(settings: Settings) -> dict[str, dict]:
 
 def score_window(features: pd.DataFrame, bundles: dict[str, dict]) -> list[dict]:
     """Features -> alerts (newest revision each), through the alert builder the stream uses."""
-    from alerts.alert_builder import AlertBuilder
     from alerts.ml.ml_scoring import RULES, candidates_from_features
 
     cands = candidates_from_features(features, bundles.get(ML_BEHAVIOUR_MODEL), bundles.get(ML_DOMAIN_MODEL))
@@ -318,8 +316,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     bundles = current_bundles(settings) if args.ml_command == "evaluate" else {}
     if args.ml_command == "evaluate" and not bundles:
         raise UserError(f"no usable model under {settings.lake / 'models'}: run `nightjar ml train` first")
-    from core.spark_session import build_spark
-
     spark = build_spark(settings, app_name=f"nightjar-ml-{args.ml_command}")
     t0 = time.monotonic()
     if args.ml_command == "train":

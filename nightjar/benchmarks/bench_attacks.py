@@ -31,6 +31,7 @@ from alerts.rule_sources import add_rules_arguments, rules_from_args
 from core.config import RAW_TOPICS, TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
 from core.lake import late_for_windowed_rules
+from ingest.replay import replay
 from ingest.sources.record_parser import event_id
 from nightjar.benchmarks.bench_pipeline import (
     Bench,
@@ -121,8 +122,6 @@ def attribute(alerts: list[dict], ranges: list[Ranges]) -> list[list[dict]]:
 def replay_each(settings: Settings, captures: list[list[Path]], label: str) -> tuple[list[Ranges], list[int]]:
     """Replay each group of capture files one after the other (``nightjar replay``'s code) and return, per group,
     the Kafka offsets it added and the records it delivered: what :func:`attribute` needs to trace alerts back."""
-    from ingest.replay import replay
-
     ends = KafkaEnds(settings, RAW_TOPICS)
     ranges: list[Ranges] = []
     delivered: list[int] = []

@@ -33,6 +33,8 @@ from pathlib import Path
 # (nightjar/cli.py).
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TOPIC_RAW_SYSLOG, TOPIC_RAW_ZEEK, Settings
 from core.errors import UserError
+from dashboard.rules_catalog import load_catalog
+from ingest.embedded_broker import EmbeddedBroker
 
 REPO = Path(__file__).resolve().parents[2]
 # Attacks whose alerts the dashboard tests look for; small enough to build in about a minute and a half.
@@ -222,7 +224,6 @@ def page_queries(lake: Path) -> dict[str, list[tuple[str, Callable[[], object]]]
         filter_options,
         related_alerts,
     )
-    from dashboard.rules_catalog import load_catalog
     from dashboard.ui import TIME_WINDOWS
     from dashboard.views.entity_page import DEFAULT_WINDOW
 
@@ -324,8 +325,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             lake = Path(tmp) / "lake"
         bootstrap = settings.bootstrap
         if bootstrap is None:
-            from ingest.embedded_broker import EmbeddedBroker
-
             broker = EmbeddedBroker()
             broker.__enter__()
             bootstrap = broker.bootstrap

@@ -29,6 +29,8 @@ import duckdb
 import pyarrow as pa
 from deltalake import DeltaTable
 
+# Spark-side modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar
+# bench detail`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
 from core.config import Settings
 from core.errors import UserError
 from ingest.events_contract import DETAIL

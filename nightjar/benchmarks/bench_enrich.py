@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 # Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
-# enrich`'s arguments, and --help or a bad argument must not wait for pyspark (nightjar/cli.py).
+# enrich`'s arguments, and --help or a bad argument must not wait for pyspark and the generator (Faker)
+# (nightjar/cli.py).
 from core.config import RAW_TOPICS, TABLE_EVENTS, TABLE_NETWORKS, TABLE_PIPELINE_PROGRESS, Settings
 from core.errors import UserError
 from core.triggers import QUERIES, QUERY_INGEST, QUERY_WINDOWED, Trigger, parse_interval

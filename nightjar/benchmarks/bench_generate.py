@@ -17,6 +17,7 @@ from generator.command import generate
 from generator.engine import Options
 from generator.scenarios import SCENARIOS
 from generator.sinks import FileSink, KafkaSink
+from ingest.embedded_broker import EmbeddedBroker, free_port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +49,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.only in (None, "kafka"):
         broker = None
         if settings.bootstrap is None:
-            from ingest.embedded_broker import EmbeddedBroker, free_port
-
             broker = EmbeddedBroker(port=free_port()).start()
             settings = settings.with_(bootstrap=broker.bootstrap)
         try:

@@ -57,8 +57,8 @@ from pathlib import Path
 from typing import Any
 
 # Stage modules are imported inside the functions that use them: the CLI imports this module to parse `nightjar bench
-# pipeline`'s arguments, and --help or a bad argument must not wait for pyspark, pandas and scikit-learn
-# (nightjar/cli.py).
+# pipeline`'s arguments, and --help or a bad argument must not wait for pyspark, pandas, scikit-learn and the
+# generator (Faker) (nightjar/cli.py).
 from core.config import (
     ALL_TOPICS,
     RAW_TOPICS,
@@ -71,7 +71,7 @@ from core.config import (
     TOPIC_ALERTS,
     Settings,
 )
-from core.errors import UserError
+from core.errors import UserError, summarize_query_error
 from core.process_control import descendants, identify, reap, signal_group
 from core.triggers import QUERY_INGEST, QUERY_ML, QUERY_WINDOWED, parse_interval
 from ingest.embedded_broker import EmbeddedBroker, ensure_topics
@@ -630,8 +630,6 @@ def drained(bench: Bench) -> dict[str, Any]:
         try:
             result["stages"] = stage_costs(settings, lake, out)
         except Exception as exc:  # keep the pipeline's figures: a failing stage table is reported, not fatal
-            from core.errors import summarize_query_error
-
             result["stages"] = {"error": summarize_query_error(str(exc))[:500]}
             out.say(f"  per-stage cost table FAILED: {result['stages']['error']}")
         result["load_average_stages"] = bench.load.summary(t_st)
@@ -742,8 +740,6 @@ def stage_costs(settings: Settings, lake: Path, out: Out) -> dict[str, Any]:
             try:
                 cum[name] = timed(fn)
             except Exception as exc:  # e.g. the JVM out of heap: the other stages still tell where time goes
-                from core.errors import summarize_query_error
-
                 cum[name] = float("nan")
                 failures[name] = summarize_query_error(str(exc))[:300]
                 Out.status(f"stages: {name} FAILED: {failures[name]}")

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from alerts.rules_check import check
 from alerts.sigma_regression import FORMS, Case, cases, rule_files_by_id
 from core.config import TABLE_ALERTS, TABLE_EVENTS, TABLE_QUARANTINE, Settings
 from core.errors import UserError
@@ -72,8 +73,6 @@ def checkout(root: Path) -> tuple[Path, Path]:
 
 def compile_status(files: dict[str, Path]) -> dict[str, str]:
     """Rule id -> '' when its file compiles, else ``nightjar rules check``'s status and reason, in one line."""
-    from alerts.rules_check import check
-
     out: dict[str, str] = {}
     by_path = {str(f): rid for rid, f in files.items()}
     for c in check(sorted(set(files.values()))):
