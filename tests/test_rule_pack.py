@@ -158,3 +158,24 @@ def test_windows_new_admin_account_groups_on_the_sid_the_old_wide_field_held(spa
     assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {
         ("user", "S-1-5-21-3623811015-3361044348-30300820-1190")}
     assert {c["detail"] for c in candidates} == {"windows_user_created and windows_admin_group_member_added"}
+
+
+def test_windows_new_admin_account_fires_on_windows_json_events_too(spark, pack):
+    """The same correlation over Security events as JSON (NXLog flat keys, the `windows` source), not only over the
+    syslog rendering: the creation names the account by TargetSid, the group change by MemberSid, and both land as
+    user.target.id. Another member's SID in the group change raises nothing."""
+    from alerts.rules_test import sample_events
+
+    fixture = Path(__file__).resolve().parent.parent / "ingest/sources/windows/fixtures/security-account-management.log"
+    # dated before the samples' ingestion time (rules_test.SAMPLE_INGESTED): detection leaves future-dated events out
+    created, added = (line.replace("2026-03-14T", "2026-03-09T") for line in fixture.read_text().splitlines()[:2])
+    assert '"EventID":4720' in created and '"EventID":4732' in added
+    rule = pack["windows_new_admin_account"]
+    sid = "S-1-5-21-1111-2222-3333-1201"
+    events, bad = sample_events(spark, [created, added], rule.samples.reference)
+    assert bad == 0
+    candidates = [r.asDict(recursive=True) for r in rule.detect(events).collect()]
+    assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {("user", sid)}
+    other = added.replace(f'"MemberSid":"{sid}"', '"MemberSid":"S-1-5-21-1111-2222-3333-1999"')
+    events, bad = sample_events(spark, [created, other], rule.samples.reference)
+    assert bad == 0 and rule.detect(events).count() == 0

@@ -503,6 +503,12 @@ def _map_sysmon(code: str, d: dict[str, Any], event: Event) -> None:
         event["file.path"], event["file.name"] = path, _basename(path)
 
 
+def _set_detail(event: Event, key: str, value: Any) -> None:
+    """A derived detail key (the event's own fields stay under their Windows names), set only when known."""
+    if value is not None:
+        event["detail"][key] = value
+
+
 def _map_security(code: str, d: dict[str, Any], event: Event, related: list[str]) -> None:
     subject = _value(d.get("SubjectUserName"))
     target = _value(d.get("TargetUserName"))
@@ -515,14 +521,18 @@ def _map_security(code: str, d: dict[str, Any], event: Event, related: list[str]
         event["user.name"] = subject
         event["user.domain"] = _value(d.get("SubjectDomainName"))
         event["user.id"] = _value(d.get("SubjectUserSid"))
+        # The account acted on, also by SID: a creation names it by account name and the group change by its DN,
+        # so rules correlating the two (windows_new_admin_account) match on user.target.id, as the syslog form does.
         if code in _ACCOUNT_EVENTS:
             event["user.target.name"] = _account(target)[0]
+            _set_detail(event, "user.target.id", _value(d.get("TargetSid")) or _value(d.get("TargetUserSid")))
         elif code in _GROUP_EVENTS:
             event["group.name"] = target
             member = _value(d.get("MemberName"))
             if member is not None and member.startswith("CN="):
                 member = _DN_COMMA.split(member[3:], maxsplit=1)[0].replace("\\,", ",")
             event["user.target.name"] = member
+            _set_detail(event, "user.target.id", _value(d.get("MemberSid")))
             related.extend(x for x in (subject, member) if x is not None)
             return _map_logon_fields(code, d, event)
         elif code == "4648":
