@@ -17,8 +17,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from alerts.detection_input import unusable_lines
 from alerts.python_rules import enrich_parsed
-from ingest.arrow_parse import parse_bronze, quarantine_of
+from ingest.arrow_parse import parse_bronze
 from ingest.file_source import records_table
 
 
@@ -32,17 +33,16 @@ class ParsedSamples:
                    for offset, line in enumerate(lines, start=1))
         bronze = spark.createDataFrame(records_table(records))
         self.parsed = parse_bronze(bronze).localCheckpoint(eager=True)
-        self._unparsed: dict[int, list[str]] = {}
-        bad = quarantine_of(self.parsed).select("partition", "offset", "parser", "error").orderBy("partition", "offset")
-        for r in bad.collect():
-            self._unparsed.setdefault(r["partition"], []).append(
-                f"line {r['offset']} does not parse ({r['parser']}: {r['error']})")
+        self._unparsed: dict[int, list[str]] = {}  # per set: the lines no rule will see, and why
+        for r in unusable_lines(self.parsed).orderBy("partition", "offset").collect():
+            self._unparsed.setdefault(r["partition"], []).append(f"line {r['offset']} {r['problem']}")
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._index
 
     def enriched(self, key: Hashable, reference, dhcp: list[str]) -> tuple[DataFrame, list[str]]:
-        """(the set's enriched events, materialized, one "line N does not parse (…)" per quarantined line): what
-        :func:`alerts.python_rules.enriched_events` returns for the set parsed alone."""
+        """(the set's enriched events, materialized, one "line N does not parse (…)" per quarantined line and one "line
+        N is dated …" per line detection leaves out): what :func:`alerts.python_rules.enriched_events` returns for the
+        set parsed alone."""
         i = self._index[key]
         return enrich_parsed(self.parsed.where(F.col("partition") == i), reference, dhcp), self._unparsed.get(i, [])

@@ -73,13 +73,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from alerts.alert_schema import CANDIDATE_SCHEMA, ENTITY_TYPES, MAX_EVIDENCE, SEVERITIES, conform_candidates
+from alerts.detection_input import unusable_lines
 from alerts.window_aggregator import build, run_windowed
 from core.config import DEFAULT_DETECTION_WATERMARK, TABLE_ASSETS, TABLE_IOCS, TABLE_NETWORKS, TABLE_USERS
 from enrich.dhcp_sessions import attribute_batch, events_from
 from enrich.reference_data import SCHEMAS as REFERENCE_SCHEMAS
 from enrich.reference_data import reference_from_tables
 from enrich.static_joins import enrich_static
-from ingest.arrow_parse import EVENT_TIME_COLUMN, parse_bronze, quarantine_of
+from ingest.arrow_parse import EVENT_TIME_COLUMN, parse_bronze
 from ingest.field_resolver import column
 from ingest.file_source import lines_dataframe
 
@@ -511,7 +512,7 @@ def dhcp_networks(reference: Mapping[str, Iterable[Mapping]] | None) -> list[str
 
 def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[DataFrame, list[str]]:
     """Bronze-shaped records -> (the enriched events of the ``events`` table, one "line N does not parse (…)"
-    per quarantined record), in batch, by the pipeline's own steps: ``parse_bronze`` -> ``attribute_batch``
+    per quarantined record and one "line N is dated …" per record detection leaves out), in batch, by the pipeline's own steps: ``parse_bronze`` -> ``attribute_batch``
     (DHCP lease holder in ``host.*``, DNS names in ``destination.domain``) -> ``enrich_static``.
 
     The parsed records and the events are materialized (``localCheckpoint``): the parse and enrichment plans
@@ -520,8 +521,7 @@ def enriched_events(bronze: DataFrame, reference, dhcp: list[str]) -> tuple[Data
     frame), never directly on the enrichment plan.
     """
     parsed = parse_bronze(bronze).localCheckpoint(eager=True)
-    bad = quarantine_of(parsed).select("offset", "parser", "error").orderBy("offset").collect()
-    unparsed = [f"line {r['offset']} does not parse ({r['parser']}: {r['error']})" for r in bad]
+    unparsed = [f"line {r['offset']} {r['problem']}" for r in unusable_lines(parsed).orderBy("offset").collect()]
     return enrich_parsed(parsed, reference, dhcp), unparsed
 
 

@@ -79,8 +79,9 @@ def sample_sets(rules) -> dict[tuple[str, str], tuple[list[str], dt.datetime]]:
 
 
 def sample_events(spark, lines: list[str], reference: dict[str, list[dict]], parsed=None, key=None):
-    """(enriched events ready for detection, number of quarantined lines); from ``parsed[key]`` when given
-    (a :class:`~alerts.parsed_samples.ParsedSamples`), else ``lines`` are parsed here."""
+    """(enriched events ready for detection, one message per line no rule will see: quarantined, or left out as
+    future-dated); from ``parsed[key]`` when given (a :class:`~alerts.parsed_samples.ParsedSamples`), else ``lines``
+    are parsed here."""
     from alerts.detection_input import detection_input
     from alerts.python_rules import dhcp_networks, enriched_events
     from enrich.reference_data import reference_from_tables
@@ -94,7 +95,7 @@ def sample_events(spark, lines: list[str], reference: dict[str, list[dict]], par
         events, unparsed = parsed.enriched(key, ref, dhcp)
     else:
         events, unparsed = enriched_events(lines_dataframe(spark, lines, ingested_at=SAMPLE_INGESTED), ref, dhcp)
-    return detection_input(events), len(unparsed)
+    return detection_input(events), unparsed
 
 
 def check_rules(spark, rules) -> Iterator[RuleTestResult]:
@@ -127,8 +128,7 @@ def check_rule(spark, rule, parsed=None) -> RuleTestResult:
         if not entries:
             continue
         events, bad = sample_events(spark, expand(entries), s.reference, parsed, (rule.rule_id, label))
-        if bad:
-            res.problems.append(f"{bad} {label} sample line(s) do not parse (they would go to quarantine)")
+        res.problems += [f"{label} sample {problem}" for problem in bad]  # lines that test nothing
         rows = rule.detect(events).collect()
         wrong = [r for r in rows if r["rule_id"] != rule.rule_id or r["entity"]["type"] != rule.entity_type]
         if wrong:

@@ -29,7 +29,7 @@ def test_a_rule_in_batch_raises_its_alert_with_the_same_id_on_every_run_and_only
                                                                                                   brute_force):
     # 20 failed logins from one address at 10:00:01 on 2026-03-09 (the rule's positive samples)
     events, unparsed = sample_events(spark, expand(brute_force.samples.positive), brute_force.samples.reference)
-    assert unparsed == 0
+    assert unparsed == []
     [alert] = backtest(spark, events, [brute_force], detected_at=dt.datetime(2026, 3, 9, 12))
     assert (alert["rule_id"], alert["entity"]["value"], alert["event_count"], alert["revision"]) == \
         ("ssh_brute_force", "61.177.172.220", 20, 1)

@@ -152,7 +152,7 @@ def test_windows_new_admin_account_groups_on_the_sid_the_old_wide_field_held(spa
 
     rule = pack["windows_new_admin_account"]
     events, bad = sample_events(spark, expand(rule.samples.positive), rule.samples.reference)
-    assert bad == 0
+    assert bad == []
     candidates = [r.asDict(recursive=True) for r in rule.detect(events).collect()]  # one per sliding window
     assert candidates
     assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {
@@ -173,9 +173,29 @@ def test_windows_new_admin_account_fires_on_windows_json_events_too(spark, pack)
     rule = pack["windows_new_admin_account"]
     sid = "S-1-5-21-1111-2222-3333-1201"
     events, bad = sample_events(spark, [created, added], rule.samples.reference)
-    assert bad == 0
+    assert bad == []
     candidates = [r.asDict(recursive=True) for r in rule.detect(events).collect()]
     assert {(c["entity"]["type"], c["entity"]["value"]) for c in candidates} == {("user", sid)}
     other = added.replace(f'"MemberSid":"{sid}"', '"MemberSid":"S-1-5-21-1111-2222-3333-1999"')
     events, bad = sample_events(spark, [created, other], rule.samples.reference)
-    assert bad == 0 and rule.detect(events).count() == 0
+    assert bad == [] and rule.detect(events).count() == 0
+
+
+def test_a_sample_that_detection_leaves_out_is_reported_not_passed(spark, schema, tmp_path):
+    """A negative sample dated after the samples' ingestion time never reaches the rule (detection leaves future-dated
+    events out), so it would pass while testing nothing: the harness names the line and why."""
+    from alerts.rules_test import check_rules
+
+    failed = "<38>Mar  9 10:00:00 web-01 sshd[411]: Failed password for root from 203.0.113.9 port 40000 ssh2"
+    later = failed.replace("Mar  9 10:00:00", "Mar  9 18:00:00")  # after rules_test.SAMPLE_INGESTED (12:00)
+    body = GOOD.replace("nightjar: {entity: {type: ip, field: source.ip}}",
+                        "nightjar:\n      entity: {type: ip, field: source.ip}\n      samples:\n"
+                        f"        positive: ['{failed}']\n        negative: ['{later}']")
+    path = _write(tmp_path, "sample_times.yml", body)
+    rules, errors = load_rules([path], schema)
+    assert errors == [], [str(e) for e in errors]
+    [res] = list(check_rules(spark, rules))
+    assert res.positives == 1
+    assert any(p.startswith("negative sample line 1 is dated 2026-03-09 18:00:00") and "future-dated" in p
+               for p in res.problems), res.problems
+    assert not res.passed

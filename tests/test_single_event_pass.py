@@ -52,7 +52,7 @@ def rules_and_events(spark, tmp_path_factory):
         for table, rows in r.samples.reference.items():
             reference.setdefault(table, []).extend(rows)
     events, unparsed = sample_events(spark, lines, reference)
-    assert unparsed == 0
+    assert unparsed == []
     return single, events.cache()
 
 
