@@ -115,7 +115,8 @@ def test_a_hunt_over_the_byte_cap_shows_the_limit_and_the_rows_that_fit(served: 
     driver.get(f"{served}/hunt?q={quote(sql)}")
     _wait_for_text(driver, lambda t: "Saved hunts" in t and "4.77 MiB at most" in t)
     [b for b in driver.find_elements("css selector", "button") if b.text.strip() == "Run"][0].click()
-    text = _wait_for_text(driver, lambda t: "row(s) in" in t)
+    # Streamlit sends the page's elements one by one: the count can be on screen before the warning under it.
+    text = _wait_for_text(driver, lambda t: "row(s) in" in t and "Cut at" in t)
     assert "2 row(s) in" in text
     assert ("Cut at 4.77 MiB (the hunt result limit, NIGHTJAR_HUNT_MAX_BYTES): the first 2 row(s) fit. Select fewer "
             "or shorter columns") in text
